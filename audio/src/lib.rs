@@ -1,0 +1,1 @@
+//! Speech codecs and PCM; the speech family arrives with the speech issue.

@@ -1,0 +1,10 @@
+//! Batch-invariant compute kernels: a row never depends on the other rows of its call.
+
+pub mod attention;
+pub mod matmul;
+pub mod ops;
+pub mod quant;
+pub mod weight;
+
+pub use quant::GgmlType;
+pub use weight::Weight;

@@ -1,0 +1,52 @@
+//! A weight matrix, kept in the format it was loaded in.
+
+use crate::quant::{dequantize, GgmlType};
+
+/// A row-major matrix of `rows` x `cols`; quantized rows are whole blocks.
+#[derive(Clone, Debug)]
+pub enum Weight {
+    F32 { rows: usize, cols: usize, data: Vec<f32> },
+    Quant { ty: GgmlType, rows: usize, cols: usize, data: Vec<u8> },
+}
+
+impl Weight {
+    pub fn rows(&self) -> usize {
+        match self {
+            Weight::F32 { rows, .. } | Weight::Quant { rows, .. } => *rows,
+        }
+    }
+
+    pub fn cols(&self) -> usize {
+        match self {
+            Weight::F32 { cols, .. } | Weight::Quant { cols, .. } => *cols,
+        }
+    }
+
+    /// Bytes held by the weight.
+    pub fn num_bytes(&self) -> usize {
+        match self {
+            Weight::F32 { data, .. } => data.len() * 4,
+            Weight::Quant { data, .. } => data.len(),
+        }
+    }
+
+    /// Copies row `r` out as f32.
+    pub fn row_f32(&self, r: usize, out: &mut [f32]) {
+        match self {
+            Weight::F32 { cols, data, .. } => out.copy_from_slice(&data[r * cols..(r + 1) * cols]),
+            Weight::Quant { ty, cols, data, .. } => {
+                let row_bytes = cols / ty.block_len() * ty.block_bytes();
+                dequantize(*ty, &data[r * row_bytes..(r + 1) * row_bytes], out);
+            }
+        }
+    }
+
+    /// The whole matrix as f32, row-major.
+    pub fn to_f32(&self) -> Vec<f32> {
+        let mut out = vec![0.0; self.rows() * self.cols()];
+        for (r, row) in out.chunks_mut(self.cols()).enumerate() {
+            self.row_f32(r, row);
+        }
+        out
+    }
+}

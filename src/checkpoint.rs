@@ -1,0 +1,19 @@
+//! What the model needs from a checkpoint, whatever its file format.
+
+use std::path::Path;
+
+use tensorfold_kernels::Weight;
+
+use crate::config::ModelConfig;
+use crate::error::LoadError;
+
+/// A loaded checkpoint: its configuration and its tensors by Hugging Face name.
+pub trait Checkpoint: Send + Sync {
+    /// The file or directory the checkpoint came from, for error messages.
+    fn path(&self) -> &Path;
+    fn config(&self) -> &ModelConfig;
+    /// Whether a tensor of this Hugging Face name exists.
+    fn contains(&self, name: &str) -> bool;
+    /// The tensor as a matrix (a 1-D tensor is one row); fails naming the tensor and the fault.
+    fn weight(&self, name: &str) -> Result<Weight, LoadError>;
+}
