@@ -1,1 +1,103 @@
-//! (in progress)
+//! Paged KV storage and causal attention over it; a query row reads keys in absolute-position order.
+
+use rayon::prelude::*;
+
+use crate::ops::dot;
+
+/// The shape of the KV pool: a page holds `page_tokens` positions of every layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    pub num_layers: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub page_tokens: usize,
+}
+
+impl KvLayout {
+    pub fn kv_dim(&self) -> usize {
+        self.num_kv_heads * self.head_dim
+    }
+    /// Bytes of one page, keys and values together.
+    pub fn page_bytes(&self) -> usize {
+        2 * self.num_layers * self.page_tokens * self.kv_dim() * std::mem::size_of::<f32>()
+    }
+    fn page_floats(&self) -> usize {
+        self.num_layers * self.page_tokens * self.kv_dim()
+    }
+}
+
+/// Keys and values of every page, stored `[page][layer][token][kv_dim]`.
+pub struct KvPool {
+    layout: KvLayout,
+    num_pages: usize,
+    keys: Vec<f32>,
+    values: Vec<f32>,
+}
+
+impl KvPool {
+    pub fn new(layout: KvLayout, num_pages: usize) -> KvPool {
+        let n = num_pages * layout.page_floats();
+        KvPool { layout, num_pages, keys: vec![0.0; n], values: vec![0.0; n] }
+    }
+
+    pub fn layout(&self) -> KvLayout {
+        self.layout
+    }
+
+    pub fn num_pages(&self) -> usize {
+        self.num_pages
+    }
+
+    fn offset(&self, layer: usize, pages: &[u32], pos: usize) -> usize {
+        let l = &self.layout;
+        let page = pages[pos / l.page_tokens] as usize;
+        assert!(page < self.num_pages, "page {page} is outside the pool");
+        page * l.page_floats() + (layer * l.page_tokens + pos % l.page_tokens) * l.kv_dim()
+    }
+
+    /// Stores one position's key and value rows.
+    pub fn write(&mut self, layer: usize, pages: &[u32], pos: usize, key: &[f32], value: &[f32]) {
+        let (at, d) = (self.offset(layer, pages, pos), self.layout.kv_dim());
+        self.keys[at..at + d].copy_from_slice(key);
+        self.values[at..at + d].copy_from_slice(value);
+    }
+
+    fn key(&self, layer: usize, pages: &[u32], pos: usize) -> &[f32] {
+        let at = self.offset(layer, pages, pos);
+        &self.keys[at..at + self.layout.kv_dim()]
+    }
+
+    fn value(&self, layer: usize, pages: &[u32], pos: usize) -> &[f32] {
+        let at = self.offset(layer, pages, pos);
+        &self.values[at..at + self.layout.kv_dim()]
+    }
+}
+
+/// One query row: its heads, its absolute position, and the pages of its sequence.
+pub struct Query<'a> {
+    pub q: &'a [f32],
+    pub pos: usize,
+    pub pages: &'a [u32],
+}
+
+/// Causal grouped-query attention of each query row over positions `0..=pos`; writes `num_heads * head_dim` per row.
+pub fn attend(pool: &KvPool, layer: usize, queries: &[Query], num_heads: usize, out: &mut [f32]) {
+    let d = pool.layout.head_dim;
+    let group = num_heads / pool.layout.num_kv_heads;
+    let scale = 1.0 / (d as f32).sqrt();
+    out.par_chunks_mut(d).enumerate().for_each(|(i, o)| {
+        let (query, head) = (&queries[i / num_heads], i % num_heads);
+        let q = &query.q[head * d..(head + 1) * d];
+        let kv = (head / group) * d;
+        let scores: Vec<f32> =
+            (0..=query.pos).map(|p| dot(q, &pool.key(layer, query.pages, p)[kv..kv + d]) * scale).collect();
+        let max = scores.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
+        let probs: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
+        let denom = probs.iter().fold(0f32, |a, p| a + p);
+        o.fill(0.0);
+        for (p, w) in probs.iter().enumerate() {
+            let v = &pool.value(layer, query.pages, p)[kv..kv + d];
+            o.iter_mut().zip(v).for_each(|(o, v)| *o = (w / denom).mul_add(*v, *o));
+        }
+    });
+}

@@ -50,3 +50,25 @@ impl Weight {
         out
     }
 }
+
+/// Stacks the rows of several weights of equal width; mixed formats fall back to f32.
+pub fn concat_rows(parts: &[Weight]) -> Weight {
+    let cols = parts[0].cols();
+    assert!(parts.iter().all(|w| w.cols() == cols), "concat_rows: widths differ");
+    let rows = parts.iter().map(Weight::rows).sum();
+    let first_ty = match &parts[0] {
+        Weight::Quant { ty, .. } => Some(*ty),
+        Weight::F32 { .. } => None,
+    };
+    let same_quant = parts.iter().all(|w| matches!(w, Weight::Quant { ty, .. } if Some(*ty) == first_ty));
+    match first_ty {
+        Some(ty) if same_quant => {
+            let data = parts.iter().flat_map(|w| match w {
+                Weight::Quant { data, .. } => data.iter().copied(),
+                Weight::F32 { .. } => unreachable!(),
+            });
+            Weight::Quant { ty, rows, cols, data: data.collect() }
+        }
+        _ => Weight::F32 { rows, cols, data: parts.iter().flat_map(|w| w.to_f32()).collect() },
+    }
+}

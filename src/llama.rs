@@ -1,0 +1,278 @@
+//! The Llama family (Llama 2/3, Qwen2/2.5, Qwen3, SmolLM2) on CPU: one model, the variants as config.
+
+use tensorfold_actors::engine::{Engine, KvLayout, KvPool, LaneStep, Logits};
+use tensorfold_kernels::attention::{attend, Query};
+use tensorfold_kernels::matmul::matmul;
+use tensorfold_kernels::ops::{self, Rope};
+use tensorfold_kernels::weight::concat_rows;
+use tensorfold_kernels::Weight;
+
+use crate::checkpoint::Checkpoint;
+use crate::config::ModelConfig;
+use crate::error::LoadError;
+
+/// Per-head RMSNorm weights of q and k (Qwen3).
+struct QkNorm {
+    q: Vec<f32>,
+    k: Vec<f32>,
+}
+
+struct Attention {
+    /// q, k and v projections stacked by rows.
+    qkv: Weight,
+    qkv_bias: Option<Vec<f32>>,
+    qk_norm: Option<QkNorm>,
+    o: Weight,
+}
+
+struct Mlp {
+    /// gate and up projections stacked by rows.
+    gate_up: Weight,
+    down: Weight,
+}
+
+struct Layer {
+    input_norm: Vec<f32>,
+    attn: Attention,
+    post_attn_norm: Vec<f32>,
+    mlp: Mlp,
+}
+
+pub struct Llama {
+    cfg: ModelConfig,
+    embed: Weight,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    /// `None` when the head is tied to the embedding.
+    lm_head: Option<Weight>,
+    rope: Rope,
+}
+
+/// Loads tensors by Hugging Face name and checks their shapes against the config.
+struct Loader<'a> {
+    ckpt: &'a dyn Checkpoint,
+}
+
+impl Loader<'_> {
+    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight, LoadError> {
+        let w = self.ckpt.weight(name)?;
+        if (w.rows(), w.cols()) != (rows, cols) {
+            let fault = format!("shape {}x{} disagrees with the config's {rows}x{cols}", w.rows(), w.cols());
+            return Err(LoadError::Tensor { path: self.ckpt.path().into(), name: name.into(), fault });
+        }
+        Ok(w)
+    }
+
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, LoadError> {
+        Ok(self.matrix(name, 1, len)?.to_f32())
+    }
+
+    fn attention(&self, p: &str, c: &ModelConfig) -> Result<Attention, LoadError> {
+        let (h, q_dim, kv_dim) = (c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        let q = self.matrix(&format!("{p}.q_proj.weight"), q_dim, h)?;
+        let k = self.matrix(&format!("{p}.k_proj.weight"), kv_dim, h)?;
+        let v = self.matrix(&format!("{p}.v_proj.weight"), kv_dim, h)?;
+        let qkv_bias = if c.attn_bias {
+            let mut b = self.vector(&format!("{p}.q_proj.bias"), q_dim)?;
+            b.extend(self.vector(&format!("{p}.k_proj.bias"), kv_dim)?);
+            b.extend(self.vector(&format!("{p}.v_proj.bias"), kv_dim)?);
+            Some(b)
+        } else {
+            None
+        };
+        let qk_norm = if c.qk_norm {
+            let q = self.vector(&format!("{p}.q_norm.weight"), c.head_dim)?;
+            Some(QkNorm { q, k: self.vector(&format!("{p}.k_norm.weight"), c.head_dim)? })
+        } else {
+            None
+        };
+        let o = self.matrix(&format!("{p}.o_proj.weight"), h, q_dim)?;
+        Ok(Attention { qkv: concat_rows(&[q, k, v]), qkv_bias, qk_norm, o })
+    }
+
+    fn layer(&self, i: usize, c: &ModelConfig) -> Result<Layer, LoadError> {
+        let p = format!("model.layers.{i}");
+        let (h, f) = (c.hidden_size, c.intermediate_size);
+        let gate = self.matrix(&format!("{p}.mlp.gate_proj.weight"), f, h)?;
+        let up = self.matrix(&format!("{p}.mlp.up_proj.weight"), f, h)?;
+        Ok(Layer {
+            input_norm: self.vector(&format!("{p}.input_layernorm.weight"), h)?,
+            attn: self.attention(&format!("{p}.self_attn"), c)?,
+            post_attn_norm: self.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+            mlp: Mlp {
+                gate_up: concat_rows(&[gate, up]),
+                down: self.matrix(&format!("{p}.mlp.down_proj.weight"), h, f)?,
+            },
+        })
+    }
+}
+
+/// Inverse frequencies as Hugging Face computes them, with Llama 3 scaling or GGUF frequency factors.
+fn rope_inv_freq(c: &ModelConfig, factors: Option<&[f32]>) -> Vec<f32> {
+    let d = c.head_dim;
+    let base: Vec<f32> =
+        (0..d / 2).map(|i| (1.0 / (c.rope_theta as f64).powf((2 * i) as f64 / d as f64)) as f32).collect();
+    if let Some(factors) = factors {
+        return base.iter().zip(factors).map(|(f, s)| f / s).collect();
+    }
+    let Some(s) = &c.rope_scaling else {
+        return base;
+    };
+    let old = s.original_max_position as f32;
+    let (low_wavelen, high_wavelen) = (old / s.low_freq_factor, old / s.high_freq_factor);
+    base.iter()
+        .map(|&f| {
+            let wavelen = 2.0 * std::f32::consts::PI / f;
+            if wavelen < high_wavelen {
+                f
+            } else if wavelen > low_wavelen {
+                f / s.factor
+            } else {
+                let smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+                (1.0 - smooth) * f / s.factor + smooth * f
+            }
+        })
+        .collect()
+}
+
+impl Llama {
+    pub fn load(ckpt: &dyn Checkpoint) -> Result<Llama, LoadError> {
+        let c = ckpt.config().clone();
+        let ld = Loader { ckpt };
+        let embed = ld.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size)?;
+        let layers = (0..c.num_layers).map(|i| ld.layer(i, &c)).collect::<Result<Vec<_>, _>>()?;
+        let norm = ld.vector("model.norm.weight", c.hidden_size)?;
+        let lm_head = if c.tie_embeddings && !ckpt.contains("lm_head.weight") {
+            None
+        } else {
+            Some(ld.matrix("lm_head.weight", c.vocab_size, c.hidden_size)?)
+        };
+        let factors = match ckpt.contains("rope_freqs.weight") {
+            true => Some(ld.vector("rope_freqs.weight", c.head_dim / 2)?),
+            false => None,
+        };
+        let rope = Rope { inv_freq: rope_inv_freq(&c, factors.as_deref()), interleaved: c.rope_interleaved };
+        Ok(Llama { cfg: c, embed, layers, norm, lm_head, rope })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Bytes held by the weights.
+    pub fn num_weight_bytes(&self) -> usize {
+        let l = |l: &Layer| {
+            l.attn.qkv.num_bytes() + l.attn.o.num_bytes() + l.mlp.gate_up.num_bytes() + l.mlp.down.num_bytes()
+        };
+        self.embed.num_bytes()
+            + self.lm_head.as_ref().map_or(0, Weight::num_bytes)
+            + self.layers.iter().map(l).sum::<usize>()
+    }
+
+    fn attention_block(&self, li: usize, x: &[f32], queries: &[(usize, &[u32])], pool: &mut KvPool) -> Vec<f32> {
+        let (c, layer) = (&self.cfg, &self.layers[li]);
+        let (t, d) = (queries.len(), c.head_dim);
+        let (q_dim, kv_dim) = (c.num_heads * d, c.num_kv_heads * d);
+        let width = q_dim + 2 * kv_dim;
+        let mut qkv = vec![0f32; t * width];
+        matmul(x, t, &layer.attn.qkv, &mut qkv);
+        if let Some(b) = &layer.attn.qkv_bias {
+            ops::add_bias(&mut qkv, b);
+        }
+        for (row, &(pos, pages)) in qkv.chunks_exact_mut(width).zip(queries) {
+            let (q, kv) = row.split_at_mut(q_dim);
+            let (k, v) = kv.split_at_mut(kv_dim);
+            if let Some(n) = &layer.attn.qk_norm {
+                ops::rms_norm_in_place(q, &n.q, c.rms_eps);
+                ops::rms_norm_in_place(k, &n.k, c.rms_eps);
+            }
+            self.rope.apply(q, pos);
+            self.rope.apply(k, pos);
+            pool.write(li, pages, pos, k, v);
+        }
+        let qs: Vec<Query> = qkv
+            .chunks_exact(width)
+            .zip(queries)
+            .map(|(r, &(pos, pages))| Query { q: &r[..q_dim], pos, pages })
+            .collect();
+        let mut attn = vec![0f32; t * q_dim];
+        attend(pool, li, &qs, c.num_heads, &mut attn);
+        let mut out = vec![0f32; t * c.hidden_size];
+        matmul(&attn, t, &layer.attn.o, &mut out);
+        out
+    }
+
+    fn mlp_block(&self, li: usize, x: &[f32], t: usize) -> Vec<f32> {
+        let (c, mlp) = (&self.cfg, &self.layers[li].mlp);
+        let mut gate_up = vec![0f32; t * 2 * c.intermediate_size];
+        matmul(x, t, &mlp.gate_up, &mut gate_up);
+        let mut act = vec![0f32; t * c.intermediate_size];
+        ops::swiglu(&gate_up, c.intermediate_size, &mut act);
+        let mut out = vec![0f32; t * c.hidden_size];
+        matmul(&act, t, &mlp.down, &mut out);
+        out
+    }
+
+    /// The residual stream after every layer for all tokens of the round.
+    fn hidden_states(&self, pool: &mut KvPool, queries: &[(usize, &[u32])], tokens: &[u32]) -> Vec<f32> {
+        let (h, t) = (self.cfg.hidden_size, tokens.len());
+        let mut x = vec![0f32; t * h];
+        for (row, &tok) in x.chunks_exact_mut(h).zip(tokens) {
+            self.embed.row_f32(tok as usize, row);
+        }
+        let mut normed = vec![0f32; t * h];
+        for (li, layer) in self.layers.iter().enumerate() {
+            ops::rms_norm(&x, &layer.input_norm, self.cfg.rms_eps, &mut normed);
+            ops::add_in_place(&mut x, &self.attention_block(li, &normed, queries, pool));
+            ops::rms_norm(&x, &layer.post_attn_norm, self.cfg.rms_eps, &mut normed);
+            ops::add_in_place(&mut x, &self.mlp_block(li, &normed, t));
+        }
+        x
+    }
+}
+
+impl Engine for Llama {
+    fn kv_layout(&self, page_tokens: usize) -> KvLayout {
+        let c = &self.cfg;
+        KvLayout { num_layers: c.num_layers, num_kv_heads: c.num_kv_heads, head_dim: c.head_dim, page_tokens }
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn forward(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<Vec<f32>> {
+        let tokens: Vec<u32> = lanes.iter().flat_map(|l| l.tokens.iter().copied()).collect();
+        let queries: Vec<(usize, &[u32])> =
+            lanes.iter().flat_map(|l| (0..l.tokens.len()).map(move |i| (l.start_pos + i, l.pages))).collect();
+        let x = self.hidden_states(pool, &queries, &tokens);
+        let h = self.cfg.hidden_size;
+        let mut rows = Vec::new();
+        let mut start = 0;
+        for lane in lanes {
+            let n = lane.tokens.len();
+            let wanted = match lane.logits {
+                Logits::None => start + n..start + n,
+                Logits::Last => start + n - 1..start + n,
+                Logits::All => start..start + n,
+            };
+            rows.push(wanted);
+            start += n;
+        }
+        let picked: Vec<f32> = rows.iter().flat_map(|r| x[r.start * h..r.end * h].iter().copied()).collect();
+        let num = picked.len() / h;
+        let mut normed = vec![0f32; picked.len()];
+        ops::rms_norm(&picked, &self.norm, self.cfg.rms_eps, &mut normed);
+        let vocab = self.cfg.vocab_size;
+        let mut logits = vec![0f32; num * vocab];
+        matmul(&normed, num, self.lm_head.as_ref().unwrap_or(&self.embed), &mut logits);
+        let mut at = 0;
+        rows.iter()
+            .map(|r| {
+                let len = (r.end - r.start) * vocab;
+                at += len;
+                logits[at - len..at].to_vec()
+            })
+            .collect()
+    }
+}
