@@ -137,10 +137,22 @@ fn rope_inv_freq(c: &ModelConfig, factors: Option<&[f32]>) -> Vec<f32> {
 
 impl Llama {
     pub fn load(ckpt: &dyn Checkpoint) -> Result<Llama, LoadError> {
+        Llama::load_with_progress(ckpt, &mut |_, _| {})
+    }
+
+    /// Loads, calling `progress(layers_done, num_layers)` after each layer.
+    pub fn load_with_progress(
+        ckpt: &dyn Checkpoint,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Llama, LoadError> {
         let c = ckpt.config().clone();
         let ld = Loader { ckpt };
         let embed = ld.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size)?;
-        let layers = (0..c.num_layers).map(|i| ld.layer(i, &c)).collect::<Result<Vec<_>, _>>()?;
+        let mut layers = Vec::with_capacity(c.num_layers);
+        for i in 0..c.num_layers {
+            layers.push(ld.layer(i, &c)?);
+            progress(i + 1, c.num_layers);
+        }
         let norm = ld.vector("model.norm.weight", c.hidden_size)?;
         let lm_head = if c.tie_embeddings && !ckpt.contains("lm_head.weight") {
             None

@@ -1,1 +1,237 @@
-fn main() {}
+//! The `tensorfold` command line.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use tensorfold::chat::{render_chat, ChatMessage};
+use tensorfold::generate::Sequence;
+use tensorfold::model::LoadedModel;
+use tensorfold::sampling::SamplingParams;
+use tensorfold::stop::StopMatcher;
+use tensorfold::tokenizer::StreamDecoder;
+use tensorfold_actors::engine::Logits;
+
+#[derive(Parser)]
+#[command(name = "tensorfold", version, about = "A streaming inference server for text and speech")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt and stream it to stdout.
+    Generate(GenerateArgs),
+    /// Measure prompt and decode tokens/s on one stream.
+    Bench(BenchArgs),
+    /// Fetch the default model into the cache (if needed) and print its path.
+    Fetch,
+}
+
+#[derive(Args)]
+struct ModelArgs {
+    /// A `.gguf` file or a Hugging Face model directory; default: SmolLM2-135M-Instruct Q4_1, fetched on first use.
+    #[arg(long, env = "TF_MODEL")]
+    model: Option<PathBuf>,
+    /// Compute threads; default: all cores.
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The prompt text.
+    #[arg(long)]
+    prompt: String,
+    /// Wrap the prompt as a user message in the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// A system message for --chat.
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    /// Keep the smallest set of tokens whose probability reaches P.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Keep the K most likely tokens; 0 keeps all.
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Drop tokens less likely than P times the most likely one.
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    /// Penalize tokens already in the sequence (1 is off).
+    #[arg(long, default_value_t = 1.0)]
+    repetition_penalty: f32,
+    /// Random seed; the same seed gives the same text.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Stop when this text appears (repeatable); it is not printed.
+    #[arg(long)]
+    stop: Vec<String>,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt tokens processed in one pass.
+    #[arg(long, default_value_t = 512)]
+    prompt_tokens: usize,
+    /// Tokens decoded one at a time after the prompt.
+    #[arg(long, default_value_t = 128)]
+    decode_tokens: usize,
+    /// Times each measurement is repeated; the best is reported.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+}
+
+fn main() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TF_LOG").unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Generate(args) => generate(args),
+        Command::Bench(args) => bench(args),
+        Command::Fetch => tensorfold::fetch::default_model_path().map(|p| println!("{}", p.display())).map_err(Into::into),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn load(args: &ModelArgs) -> Result<LoadedModel> {
+    if let Some(n) = args.threads {
+        if n == 0 {
+            bail!("--threads must be at least 1");
+        }
+        rayon::ThreadPoolBuilder::new().num_threads(n).build_global().context("starting the compute threads")?;
+    }
+    let path = match &args.model {
+        Some(p) => p.clone(),
+        None => tensorfold::fetch::default_model_path()?,
+    };
+    let started = Instant::now();
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(indicatif::ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} layers").unwrap());
+        bar.set_message(path.display().to_string());
+        bar
+    });
+    let model = tensorfold::model::load(&path, &mut |done, total| match &bar {
+        Some(b) => {
+            b.set_length(total as u64);
+            b.set_position(done as u64);
+        }
+        None if done == total => tracing::info!(path = %path.display(), layers = total, "model loaded"),
+        None => {}
+    })?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let cfg = model.llama.config();
+    tracing::info!(
+        arch = %cfg.arch,
+        layers = cfg.num_layers,
+        weight_bytes = model.llama.num_weight_bytes(),
+        threads = rayon::current_num_threads(),
+        seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
+        "ready"
+    );
+    Ok(model)
+}
+
+fn generate(args: GenerateArgs) -> Result<()> {
+    let params = SamplingParams {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repetition_penalty: args.repetition_penalty,
+        seed: args.seed,
+    };
+    if let Err(e) = params.validate() {
+        bail!("{}", e.replacen('_', "-", 1));
+    }
+    let model = load(&args.model)?;
+    let tok = &model.tokenizer;
+    let text = if args.chat {
+        let template = tok.chat_template().context("the model has no chat template; drop --chat")?;
+        let mut messages = Vec::new();
+        if let Some(system) = args.system {
+            messages.push(ChatMessage { role: "system".into(), content: system });
+        }
+        messages.push(ChatMessage { role: "user".into(), content: args.prompt });
+        render_chat(template, &messages, true, tok.bos_token().unwrap_or(""), tok.eos_token().unwrap_or(""))?
+    } else {
+        args.prompt
+    };
+    let prompt = tok.encode(&text, true)?;
+    if prompt.is_empty() {
+        bail!("the prompt is empty");
+    }
+    let context = model.llama.config().max_position;
+    if prompt.len() >= context {
+        bail!("the prompt has {} tokens but the model's context is {context}", prompt.len());
+    }
+    let mut seq = Sequence::new(&model.llama, (prompt.len() + args.max_tokens).min(context));
+    let mut decoder = StreamDecoder::new();
+    let mut stops = StopMatcher::new(args.stop);
+    let mut out = std::io::stdout().lock();
+    let mut write = |s: &str| out.write_all(s.as_bytes()).and_then(|()| out.flush());
+    let mut failed = None;
+    seq.generate(&prompt, args.max_tokens, &params, tok.eos_ids(), |id| {
+        let Some(piece) = decoder.push(tok, id) else { return true };
+        let released = stops.push(&piece);
+        if let Err(e) = write(&released.text) {
+            failed = Some(e);
+            return false;
+        }
+        !released.stopped
+    });
+    let rest = decoder.finish(tok).unwrap_or_default();
+    let released = stops.push(&rest);
+    let tail = if released.stopped { released.text } else { released.text + &stops.finish() };
+    write(&tail)
+        .and_then(|()| write("\n"))
+        .or_else(|e| failed.take().map_or(Err(e), Err))
+        .context("writing to stdout")?;
+    Ok(())
+}
+
+fn bench(args: BenchArgs) -> Result<()> {
+    let model = load(&args.model)?;
+    let vocab = model.tokenizer.vocab_size() as u32;
+    let prompt: Vec<u32> = (0..args.prompt_tokens as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+    let (mut best_pp, mut best_tg) = (0f64, 0f64);
+    for _ in 0..args.repeats.max(1) {
+        let mut seq = Sequence::new(&model.llama, args.prompt_tokens + args.decode_tokens + 1);
+        let t = Instant::now();
+        seq.extend(&prompt, args.prompt_tokens, Logits::Last);
+        best_pp = best_pp.max(args.prompt_tokens as f64 / t.elapsed().as_secs_f64());
+        let mut seq = Sequence::new(&model.llama, args.decode_tokens + 2);
+        seq.extend(&prompt[..1], 1, Logits::Last);
+        let t = Instant::now();
+        for i in 0..args.decode_tokens {
+            seq.extend(&prompt[i % prompt.len()..][..1], 1, Logits::Last);
+        }
+        best_tg = best_tg.max(args.decode_tokens as f64 / t.elapsed().as_secs_f64());
+    }
+    println!(
+        "{{\"threads\": {}, \"prompt_tokens\": {}, \"prompt_tok_s\": {best_pp:.2}, \"decode_tokens\": {}, \"decode_tok_s\": {best_tg:.2}}}",
+        rayon::current_num_threads(),
+        args.prompt_tokens,
+        args.decode_tokens
+    );
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! A row's logits never depend on the other lanes of its round or on how its prompt was chunked.
+
+mod common;
+
+use tensorfold::generate::PAGE_TOKENS;
+use tensorfold_actors::engine::{Engine, KvPool, LaneStep, Logits};
+
+fn prompt(tok: &tensorfold::tokenizer::Tokenizer, text: &str) -> Vec<u32> {
+    tok.encode(text, true).unwrap()
+}
+
+/// Runs `prompt` in chunks of `chunk` on its own pages and returns the logits of every position.
+fn chunked_logits(engine: &dyn Engine, prompt: &[u32], chunk: usize) -> Vec<f32> {
+    let num_pages = prompt.len().div_ceil(PAGE_TOKENS);
+    let mut pool = KvPool::new(engine.kv_layout(PAGE_TOKENS), num_pages + 3);
+    let pages: Vec<u32> = (3..3 + num_pages as u32).collect();
+    let mut out = Vec::new();
+    for start in (0..prompt.len()).step_by(chunk) {
+        let end = (start + chunk).min(prompt.len());
+        let step = LaneStep { tokens: &prompt[start..end], start_pos: start, pages: &pages, logits: Logits::All };
+        out.extend(engine.forward(&mut pool, &[step]).remove(0));
+    }
+    out
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+#[test]
+fn test_prefill_whole_equals_prefill_in_chunks() {
+    let model = common::default_model();
+    let ids = prompt(&model.tokenizer, "The quick brown fox jumps over the lazy dog. Then it ran far away into the forest, where nobody could find it again for many years.");
+    let whole = chunked_logits(&model.llama, &ids, ids.len());
+    for chunk in [1, 7, 16] {
+        assert!(same_bits(&whole, &chunked_logits(&model.llama, &ids, chunk)), "chunks of {chunk} differ");
+    }
+}
+
+#[test]
+fn test_lane_alone_equals_lane_among_others() {
+    let model = common::default_model();
+    let tok = &model.tokenizer;
+    let probe = prompt(tok, "Tell me about the moon.");
+    let others = [
+        prompt(tok, "Hi"),
+        prompt(tok, "A much longer prompt about cooking pasta with tomatoes and basil"),
+        prompt(tok, "1 2 3"),
+    ];
+    let alone = chunked_logits(&model.llama, &probe, probe.len());
+
+    let layout = model.llama.kv_layout(PAGE_TOKENS);
+    let mut pool = KvPool::new(layout, 64);
+    let page_sets: Vec<Vec<u32>> = (0..4).map(|i| (i * 16..i * 16 + 16).rev().collect()).collect();
+    let mut lanes = vec![LaneStep { tokens: &others[0], start_pos: 0, pages: &page_sets[0], logits: Logits::Last }];
+    lanes.push(LaneStep { tokens: &others[1], start_pos: 0, pages: &page_sets[1], logits: Logits::None });
+    lanes.push(LaneStep { tokens: &probe, start_pos: 0, pages: &page_sets[2], logits: Logits::All });
+    lanes.push(LaneStep { tokens: &others[2], start_pos: 0, pages: &page_sets[3], logits: Logits::All });
+    let out = model.llama.forward(&mut pool, &lanes);
+    assert!(same_bits(&alone, &out[2]), "the probe's logits changed when batched with other lanes");
+    assert!(out[1].is_empty());
+    assert_eq!(out[0].len(), model.llama.vocab_size());
+}
+
+#[test]
+fn test_decode_step_among_others_equals_decode_alone() {
+    let model = common::default_model();
+    let tok = &model.tokenizer;
+    let a = prompt(tok, "Once upon a time");
+    let b = prompt(tok, "In a galaxy far away, there lived");
+    let layout = model.llama.kv_layout(PAGE_TOKENS);
+    let run = |with_other: bool| {
+        let mut pool = KvPool::new(layout, 8);
+        let (pa, pb): (Vec<u32>, Vec<u32>) = ((0..4).collect(), (4..8).collect());
+        let mut lanes = vec![LaneStep { tokens: &a, start_pos: 0, pages: &pa, logits: Logits::None }];
+        if with_other {
+            lanes.push(LaneStep { tokens: &b, start_pos: 0, pages: &pb, logits: Logits::None });
+        }
+        model.llama.forward(&mut pool, &lanes);
+        let next = [42u32];
+        let mut lanes = vec![LaneStep { tokens: &next, start_pos: a.len(), pages: &pa, logits: Logits::Last }];
+        if with_other {
+            lanes.insert(0, LaneStep { tokens: &next, start_pos: b.len(), pages: &pb, logits: Logits::Last });
+        }
+        model.llama.forward(&mut pool, &lanes).pop().unwrap()
+    };
+    assert!(same_bits(&run(false), &run(true)));
+}
