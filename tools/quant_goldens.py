@@ -1,10 +1,5 @@
 #!/usr/bin/env python3
-"""Writes kernels/tests/data/quant_goldens.bin: random GGML blocks and their dequantization by the
-reference `gguf` Python package, for the bit-exact test in kernels/src/quant.rs.
-
-Each record is little-endian: u32 type id, u32 byte count, u32 element count, the block bytes, then
-the expected f32 values. Run with a Python that has `gguf` and `numpy` installed.
-"""
+"""Writes the goldens of kernels/src/quant.rs: seeded GGML blocks dequantized by the `gguf` package."""
 
 import pathlib
 import struct
@@ -72,6 +67,7 @@ def main():
         for ty, raw, num_elements in records:
             expected = np.ascontiguousarray(dequantize(raw.copy(), ty), dtype=np.float32).reshape(-1)
             assert expected.size == num_elements and np.all(np.isfinite(expected)), ty.name
+            # A record: u32 type id, u32 byte count, u32 element count, the bytes, the f32 values.
             f.write(struct.pack("<III", int(ty), raw.size, num_elements))
             f.write(raw.tobytes())
             f.write(expected.astype("<f4").tobytes())

@@ -1,7 +1,4 @@
-//! GGML block formats: sizes and dequantization to f32.
-//!
-//! Every product is rounded to f32 in the same order as the reference `gguf` Python package, so
-//! results match it bit for bit (no fused multiply-add).
+//! GGML block formats: sizes and dequantization to f32, rounded in the reference package's order.
 
 use half::f16;
 
@@ -80,26 +77,20 @@ impl GgmlType {
 
 /// Bytes of a row of `cols` elements; `None` when `cols` is not a whole number of blocks or overflows.
 pub fn row_bytes(ty: GgmlType, cols: usize) -> Option<usize> {
-    if cols % ty.block_len() != 0 {
+    if !cols.is_multiple_of(ty.block_len()) {
         return None;
     }
     (cols / ty.block_len()).checked_mul(ty.block_bytes())
 }
 
-/// Dequantizes `out.len()` elements (a multiple of the block length) from `bytes`.
-///
-/// `bytes` must hold exactly `out.len() / block_len` blocks; extra elements or bytes are left alone.
+/// Dequantizes `out.len()` elements (whole blocks) from as many blocks of `bytes`; extras are left alone.
 pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
     let blocks = bytes.chunks_exact(ty.block_bytes());
     let outs = out.chunks_exact_mut(ty.block_len());
     match ty {
-        GgmlType::F32 => blocks
-            .zip(outs)
-            .for_each(|(b, y)| y[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        GgmlType::F32 => blocks.zip(outs).for_each(|(b, y)| y[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
         GgmlType::F16 => blocks.zip(outs).for_each(|(b, y)| y[0] = f16_at(b, 0)),
-        GgmlType::BF16 => blocks
-            .zip(outs)
-            .for_each(|(b, y)| y[0] = f32::from_bits((u16_at(b, 0) as u32) << 16)),
+        GgmlType::BF16 => blocks.zip(outs).for_each(|(b, y)| y[0] = f32::from_bits((u16_at(b, 0) as u32) << 16)),
         GgmlType::Q4_0 => blocks.zip(outs).for_each(|(b, y)| dequantize_q4_0(b, y)),
         GgmlType::Q4_1 => blocks.zip(outs).for_each(|(b, y)| dequantize_q4_1(b, y)),
         GgmlType::Q8_0 => blocks.zip(outs).for_each(|(b, y)| dequantize_q8_0(b, y)),
@@ -155,8 +146,7 @@ fn k_scale_min(s: &[u8], j: usize) -> (u8, u8) {
     }
 }
 
-/// 256 elements in 8 sub-blocks of 32 with 6-bit scales and minimums; each 32-byte chunk of `qs`
-/// holds two sub-blocks, the low nibbles first.
+/// 256 elements, 8 sub-blocks with 6-bit scales and minimums; a 32-byte chunk holds two, low nibbles first.
 fn dequantize_q4_k(b: &[u8], y: &mut [f32]) {
     let d = f16_at(b, 0);
     let dmin = f16_at(b, 2);
@@ -255,11 +245,7 @@ mod tests {
             let mut out = vec![f32::NAN; expected.len()];
             dequantize(ty, &bytes, &mut out);
             for (i, (got, want)) in out.iter().zip(&expected).enumerate() {
-                assert_eq!(
-                    got.to_bits(),
-                    want.to_bits(),
-                    "{ty:?} element {i}: {got} vs {want}"
-                );
+                assert_eq!(got.to_bits(), want.to_bits(), "{ty:?} element {i}: {got} vs {want}");
             }
             seen.push(ty);
         }
