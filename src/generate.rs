@@ -2,7 +2,7 @@
 
 use tensorfold_actors::engine::{Engine, KvPool, LaneStep, Logits};
 
-use crate::sampling::{sample, SamplingParams};
+use tensorfold_kernels::sampling::{sample, SamplingParams};
 
 /// Why a sequence ended, as the API reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,5 +12,5 @@ pub mod llama;
 pub mod tokenizer;
 pub mod generate;
 pub mod model;
-pub mod sampling;
-pub mod stop;
+
+pub use tensorfold_kernels::sampling;

@@ -10,7 +10,7 @@ use tensorfold::chat::{render_chat, ChatMessage};
 use tensorfold::generate::Sequence;
 use tensorfold::model::LoadedModel;
 use tensorfold::sampling::SamplingParams;
-use tensorfold::stop::StopMatcher;
+use tensorfold_actors::stop::StopMatcher;
 use tensorfold::tokenizer::StreamDecoder;
 use tensorfold_actors::engine::Logits;
 

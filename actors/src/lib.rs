@@ -1,3 +1,4 @@
-//! The actor runtime: what it needs from an engine, and (next) the actors that drive it.
+//! The actor runtime: what it needs from an engine, and the actors that drive it.
 
 pub mod engine;
+pub mod stop;

@@ -4,6 +4,7 @@ pub mod attention;
 pub mod matmul;
 pub mod ops;
 pub mod quant;
+pub mod sampling;
 pub mod simd;
 pub mod weight;
 

@@ -69,7 +69,7 @@ pub fn sample(logits: &[f32], params: &SamplingParams, history: &[u32], position
     let mut logits = logits.to_vec();
     apply_repetition_penalty(&mut logits, history, params.repetition_penalty);
     if params.temperature == 0.0 || params.top_k == 1 {
-        return tensorfold_kernels::ops::argmax(&logits) as u32;
+        return crate::ops::argmax(&logits) as u32;
     }
     let mut order: Vec<usize> = (0..logits.len()).collect();
     order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
