@@ -23,6 +23,7 @@ struct Attention {
     qkv_bias: Option<Vec<f32>>,
     qk_norm: Option<QkNorm>,
     o: Weight,
+    o_bias: Option<Vec<f32>>,
 }
 
 struct Mlp {
@@ -87,7 +88,12 @@ impl Loader<'_> {
             None
         };
         let o = self.matrix(&format!("{p}.o_proj.weight"), h, q_dim)?;
-        Ok(Attention { qkv: concat_rows(&[q, k, v]), qkv_bias, qk_norm, o })
+        let o_bias_name = format!("{p}.o_proj.bias");
+        let o_bias = match self.ckpt.contains(&o_bias_name) {
+            true => Some(self.vector(&o_bias_name, h)?),
+            false => None,
+        };
+        Ok(Attention { qkv: concat_rows(&[q, k, v]), qkv_bias, qk_norm, o, o_bias })
     }
 
     fn layer(&self, i: usize, c: &ModelConfig) -> Result<Layer, LoadError> {
@@ -211,6 +217,9 @@ impl Llama {
         attend(pool, li, &qs, c.num_heads, &mut attn);
         let mut out = vec![0f32; t * c.hidden_size];
         matmul(&attn, t, &layer.attn.o, &mut out);
+        if let Some(b) = &layer.attn.o_bias {
+            ops::add_bias(&mut out, b);
+        }
         out
     }
 

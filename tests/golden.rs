@@ -1,0 +1,75 @@
+//! Seeded random Llama 3, Llama 2, Qwen2 and Qwen3 checkpoints against transformers' f32 outputs.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use tensorfold::generate::Sequence;
+use tensorfold::hf::HfCheckpoint;
+use tensorfold::llama::Llama;
+use tensorfold::sampling::SamplingParams;
+use tensorfold_actors::engine::Logits;
+
+const SHAPES: [&str; 4] = ["tiny-llama3", "tiny-llama2", "tiny-qwen2", "tiny-qwen3"];
+const TOLERANCE: f32 = 1e-4;
+
+fn load(shape: &str) -> (Llama, Value) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden").join(shape);
+    let model = Llama::load(&HfCheckpoint::open(&dir).unwrap()).unwrap();
+    let golden = serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+    (model, golden)
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+/// Largest absolute difference over the largest reference magnitude.
+fn relative_error(ours: &[f32], reference: &[f32]) -> f32 {
+    assert_eq!(ours.len(), reference.len());
+    let diff = ours.iter().zip(reference).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    diff / reference.iter().fold(0f32, |m, b| m.max(b.abs()))
+}
+
+#[test]
+fn test_logits_match_the_reference_within_1e_4() {
+    for shape in SHAPES {
+        let (model, golden) = load(shape);
+        for (i, p) in golden["prompts"].as_array().unwrap().iter().enumerate() {
+            let prompt = ids(&p["ids"]);
+            let mut seq = Sequence::new(&model, prompt.len());
+            let all = seq.extend(&prompt, 7, Logits::All);
+            let vocab = all.len() / prompt.len();
+            let err = relative_error(&all[all.len() - vocab..], &floats(&p["last_logits"]));
+            assert!(err <= TOLERANCE, "{shape} prompt {i}: last-position relative error {err}");
+            if let Some(rows) = p.get("all_logits").and_then(Value::as_array) {
+                for (pos, row) in rows.iter().enumerate() {
+                    let err = relative_error(&all[pos * vocab..(pos + 1) * vocab], &floats(row));
+                    assert!(err <= TOLERANCE, "{shape} prompt {i} position {pos}: relative error {err}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn test_greedy_tokens_match_the_reference_for_64_steps() {
+    let greedy = SamplingParams { temperature: 0.0, ..Default::default() };
+    for shape in SHAPES {
+        let (model, golden) = load(shape);
+        for (i, p) in golden["prompts"].as_array().unwrap().iter().enumerate() {
+            let (prompt, want) = (ids(&p["ids"]), ids(&p["greedy"]));
+            assert_eq!(want.len(), 64);
+            let mut seq = Sequence::new(&model, prompt.len() + want.len());
+            let mut got = Vec::new();
+            seq.generate(&prompt, want.len(), &greedy, &[], |t| {
+                got.push(t);
+                true
+            });
+            assert_eq!(got, want, "{shape} prompt {i}");
+        }
+    }
+}
