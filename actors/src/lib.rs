@@ -2,3 +2,5 @@
 
 pub mod engine;
 pub mod stop;
+pub mod request_types;
+pub mod runtime;
