@@ -1,5 +1,7 @@
 //! Paged KV storage and causal attention over it; a query row reads keys in absolute-position order.
 
+use std::ops::DerefMut;
+
 use rayon::prelude::*;
 
 use crate::ops::dot;
@@ -21,23 +23,33 @@ impl KvLayout {
     pub fn page_bytes(&self) -> usize {
         2 * self.num_layers * self.page_tokens * self.kv_dim() * std::mem::size_of::<f32>()
     }
-    fn page_floats(&self) -> usize {
+    pub fn page_floats(&self) -> usize {
         self.num_layers * self.page_tokens * self.kv_dim()
     }
 }
+
+/// Memory the pool lives in: a plain vector, or an allocation made through the runtime's ledger.
+pub type KvStorage = Box<dyn DerefMut<Target = [f32]> + Send + Sync>;
 
 /// Keys and values of every page, stored `[page][layer][token][kv_dim]`.
 pub struct KvPool {
     layout: KvLayout,
     num_pages: usize,
-    keys: Vec<f32>,
-    values: Vec<f32>,
+    keys: KvStorage,
+    values: KvStorage,
 }
 
 impl KvPool {
     pub fn new(layout: KvLayout, num_pages: usize) -> KvPool {
         let n = num_pages * layout.page_floats();
-        KvPool { layout, num_pages, keys: vec![0.0; n], values: vec![0.0; n] }
+        KvPool { layout, num_pages, keys: Box::new(vec![0.0; n]), values: Box::new(vec![0.0; n]) }
+    }
+
+    /// A pool over given memory, each buffer at least `num_pages` pages of floats.
+    pub fn with_storage(layout: KvLayout, num_pages: usize, keys: KvStorage, values: KvStorage) -> KvPool {
+        let n = num_pages * layout.page_floats();
+        assert!(keys.len() >= n && values.len() >= n, "KV storage is smaller than {num_pages} pages");
+        KvPool { layout, num_pages, keys, values }
     }
 
     pub fn layout(&self) -> KvLayout {

@@ -1,0 +1,224 @@
+//! The frame-round coordinator: admits lanes when the KV pool has room and ticks one batched round at a time.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tensorfold_kernels::sampling::SamplingParams;
+
+use crate::kv::{Lease, PagePool};
+use crate::metrics::Metrics;
+use crate::request_types::{FinishReason, SubmitError, TokenLogprob};
+use crate::round::{PlannedLane, RoundOutput, RoundPlan, SampleSpec};
+use crate::runner::EngineRunner;
+
+/// A token for a request actor; `finish` is set on its lane's last token.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct LaneToken {
+    pub id: u32,
+    pub logprob: Option<TokenLogprob>,
+    /// The token ended generation (EOS or end of turn) and carries no text.
+    pub is_stop_token: bool,
+    pub finish: Option<FinishReason>,
+}
+
+/// A request waiting for a lane.
+#[derive(Message)]
+#[rtype(result = "Result<(), SubmitError>")]
+pub struct Enqueue {
+    pub lane_id: u64,
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    pub stop_ids: Vec<u32>,
+    pub logprobs: Option<usize>,
+    pub to: Recipient<LaneToken>,
+}
+
+/// The request is gone (finished, failed or its client left): drop its lane and lease now.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Release {
+    pub lane_id: u64,
+}
+
+/// Scheduling limits.
+#[derive(Clone, Copy, Debug)]
+pub struct Schedule {
+    /// Most tokens in one round's forward pass.
+    pub round_tokens: usize,
+    /// Most lanes running at once.
+    pub parallel: usize,
+    pub max_waiting: usize,
+}
+
+struct Lane {
+    request: Enqueue,
+    tokens: Vec<u32>,
+    /// Tokens whose KV is computed or in the round in flight.
+    num_planned: usize,
+    num_generated: usize,
+    lease: Lease,
+}
+
+impl Lane {
+    fn prompt_len(&self) -> usize {
+        self.request.prompt.len()
+    }
+}
+
+pub struct Coordinator {
+    runner: EngineRunner,
+    pages: PagePool,
+    schedule: Schedule,
+    waiting: VecDeque<Enqueue>,
+    lanes: Vec<Lane>,
+    in_flight: bool,
+    metrics: Arc<Metrics>,
+}
+
+impl Coordinator {
+    pub fn new(runner: EngineRunner, pages: PagePool, schedule: Schedule, metrics: Arc<Metrics>) -> Coordinator {
+        metrics.set_kv_pages(0, pages.num_total());
+        Coordinator { runner, pages, schedule, waiting: VecDeque::new(), lanes: Vec::new(), in_flight: false, metrics }
+    }
+
+    /// One round: admit, plan, run off-thread, apply, repeat while there is work.
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        if self.in_flight {
+            return;
+        }
+        self.admit();
+        let plan = self.plan();
+        self.publish();
+        if plan.lanes.is_empty() {
+            return;
+        }
+        self.in_flight = true;
+        let output = self.runner.run(plan);
+        ctx.spawn(wrap_future(output).map(|output, act: &mut Self, ctx| {
+            act.in_flight = false;
+            match output {
+                Ok(output) => act.apply(output),
+                Err(_) => act.fail_all("the engine thread stopped"),
+            }
+            act.tick(ctx);
+        }));
+    }
+
+    fn admit(&mut self) {
+        while self.lanes.len() < self.schedule.parallel {
+            let Some(next) = self.waiting.front() else { break };
+            let Some(lease) = self.pages.admit(next.prompt.len() + next.max_tokens) else { break };
+            let request = self.waiting.pop_front().expect("front exists");
+            self.metrics.add_prompt(request.prompt.len());
+            let tokens = request.prompt.clone();
+            self.lanes.push(Lane { request, tokens, num_planned: 0, num_generated: 0, lease });
+        }
+    }
+
+    /// Decode lanes take one token each, then prefill chunks share what is left of the token budget.
+    fn plan(&mut self) -> RoundPlan {
+        let mut budget = self.schedule.round_tokens;
+        let mut plan = RoundPlan::default();
+        let decoding = |l: &Lane| l.num_planned >= l.prompt_len();
+        for pass_decode in [true, false] {
+            for lane in self.lanes.iter_mut().filter(|l| decoding(l) == pass_decode) {
+                let start = lane.num_planned;
+                let end = (start + budget).min(lane.tokens.len());
+                if end <= start {
+                    continue;
+                }
+                budget -= end - start;
+                lane.lease.grow_to(end);
+                lane.num_planned = end;
+                let sample = (end == lane.tokens.len()).then(|| SampleSpec {
+                    params: lane.request.sampling.clone(),
+                    history: if lane.request.sampling.repetition_penalty != 1.0 {
+                        lane.tokens.clone()
+                    } else {
+                        Vec::new()
+                    },
+                    position: end as u64,
+                    logprobs: lane.request.logprobs,
+                });
+                plan.lanes.push(PlannedLane {
+                    lane_id: lane.request.lane_id,
+                    tokens: lane.tokens[start..end].to_vec(),
+                    start_pos: start,
+                    pages: lane.lease.pages().to_vec(),
+                    sample,
+                });
+            }
+        }
+        plan
+    }
+
+    fn apply(&mut self, output: RoundOutput) {
+        self.metrics.inc_rounds();
+        self.metrics.add_generated(output.sampled.len());
+        for s in output.sampled {
+            let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == s.lane_id) else { continue };
+            let lane = &mut self.lanes[i];
+            lane.tokens.push(s.id);
+            lane.num_generated += 1;
+            let is_stop_token = lane.request.stop_ids.contains(&s.id);
+            let finish = if is_stop_token {
+                Some(FinishReason::Stop)
+            } else if lane.num_generated >= lane.request.max_tokens {
+                Some(FinishReason::Length)
+            } else {
+                None
+            };
+            lane.request.to.do_send(LaneToken { id: s.id, logprob: s.logprob, is_stop_token, finish });
+            if finish.is_some() {
+                self.lanes.swap_remove(i);
+            }
+        }
+    }
+
+    fn fail_all(&mut self, why: &str) {
+        tracing::error!(why, lanes = self.lanes.len(), "failing every running lane");
+        self.lanes.clear();
+    }
+
+    fn publish(&self) {
+        self.metrics.set_running(self.lanes.len());
+        self.metrics.set_waiting(self.waiting.len());
+        self.metrics.set_kv_pages(self.pages.num_used(), self.pages.num_total());
+    }
+}
+
+impl Actor for Coordinator {
+    type Context = Context<Self>;
+}
+
+impl Handler<Enqueue> for Coordinator {
+    type Result = Result<(), SubmitError>;
+
+    fn handle(&mut self, msg: Enqueue, ctx: &mut Context<Self>) -> Self::Result {
+        let needed = self.pages.pages_for(msg.prompt.len() + msg.max_tokens);
+        if needed > self.pages.num_total() {
+            return Err(SubmitError::TooLarge { needed, total: self.pages.num_total() });
+        }
+        if self.waiting.len() >= self.schedule.max_waiting {
+            return Err(SubmitError::QueueFull(self.waiting.len()));
+        }
+        self.metrics.inc_requests();
+        self.waiting.push_back(msg);
+        self.tick(ctx);
+        Ok(())
+    }
+}
+
+impl Handler<Release> for Coordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: Release, ctx: &mut Context<Self>) {
+        self.waiting.retain(|r| r.lane_id != msg.lane_id);
+        self.lanes.retain(|l| l.request.lane_id != msg.lane_id);
+        self.publish();
+        self.tick(ctx);
+    }
+}

@@ -1,0 +1,51 @@
+//! One round as plain data: the plan the coordinator builds and the output the engine returns.
+
+use tensorfold_kernels::sampling::SamplingParams;
+
+use crate::request_types::TokenLogprob;
+
+/// How to pick a lane's next token once its logits are computed.
+#[derive(Clone, Debug)]
+pub struct SampleSpec {
+    pub params: SamplingParams,
+    /// The lane's tokens so far, sent only when a repetition penalty needs them.
+    pub history: Vec<u32>,
+    /// Absolute position of the token being drawn: the draw depends on (seed, position) alone.
+    pub position: u64,
+    pub logprobs: Option<usize>,
+}
+
+/// One lane's share: a prompt chunk or one decode token, at consecutive absolute positions.
+#[derive(Clone, Debug)]
+pub struct PlannedLane {
+    pub lane_id: u64,
+    pub tokens: Vec<u32>,
+    pub start_pos: usize,
+    pub pages: Vec<u32>,
+    /// `Some` when this step ends the lane's known tokens, so a new token is drawn.
+    pub sample: Option<SampleSpec>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct RoundPlan {
+    pub lanes: Vec<PlannedLane>,
+}
+
+impl RoundPlan {
+    pub fn num_tokens(&self) -> usize {
+        self.lanes.iter().map(|l| l.tokens.len()).sum()
+    }
+}
+
+/// A token drawn for a lane in a round.
+#[derive(Clone, Debug)]
+pub struct Sampled {
+    pub lane_id: u64,
+    pub id: u32,
+    pub logprob: Option<TokenLogprob>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct RoundOutput {
+    pub sampled: Vec<Sampled>,
+}

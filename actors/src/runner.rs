@@ -1,0 +1,73 @@
+//! The engine thread: runs each round plan as one batched forward pass off the actix arbiters.
+
+use std::sync::mpsc;
+use std::thread;
+
+use tensorfold_kernels::sampling::{log_softmax, sample};
+use tokio::sync::oneshot;
+
+use crate::engine::{Engine, KvPool, LaneStep, Logits};
+use crate::request_types::TokenLogprob;
+use crate::round::{PlannedLane, RoundOutput, RoundPlan, Sampled};
+
+struct Job {
+    plan: RoundPlan,
+    reply: oneshot::Sender<RoundOutput>,
+}
+
+/// A handle to the engine thread; dropping it ends the thread after the current round.
+pub struct EngineRunner {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl EngineRunner {
+    pub fn spawn(engine: Box<dyn Engine>, mut pool: KvPool) -> std::io::Result<EngineRunner> {
+        let (jobs, inbox) = mpsc::channel::<Job>();
+        thread::Builder::new().name("tensorfold-engine".into()).spawn(move || {
+            for job in inbox {
+                let output = run_round(engine.as_ref(), &mut pool, &job.plan);
+                // The coordinator may have stopped; then nobody wants the output.
+                let _ = job.reply.send(output);
+            }
+        })?;
+        Ok(EngineRunner { jobs })
+    }
+
+    /// Queues a round; the receiver yields its output, or an error if the engine thread died.
+    pub fn run(&self, plan: RoundPlan) -> oneshot::Receiver<RoundOutput> {
+        let (reply, output) = oneshot::channel();
+        // A dead engine thread drops the reply sender, which the receiver reports.
+        let _ = self.jobs.send(Job { plan, reply });
+        output
+    }
+}
+
+fn run_round(engine: &dyn Engine, pool: &mut KvPool, plan: &RoundPlan) -> RoundOutput {
+    let steps: Vec<LaneStep> = plan
+        .lanes
+        .iter()
+        .map(|l| LaneStep {
+            tokens: &l.tokens,
+            start_pos: l.start_pos,
+            pages: &l.pages,
+            logits: if l.sample.is_some() { Logits::Last } else { Logits::None },
+        })
+        .collect();
+    let logits = engine.forward(pool, &steps);
+    let sampled = plan.lanes.iter().zip(&logits).filter_map(|(lane, logits)| draw(lane, logits)).collect();
+    RoundOutput { sampled }
+}
+
+fn draw(lane: &PlannedLane, logits: &[f32]) -> Option<Sampled> {
+    let spec = lane.sample.as_ref()?;
+    let id = sample(logits, &spec.params, &spec.history, spec.position);
+    let logprob = spec.logprobs.map(|n| {
+        let lp = log_softmax(logits);
+        let mut order: Vec<usize> = (0..lp.len()).collect();
+        order.select_nth_unstable_by(n.min(lp.len() - 1), |&a, &b| lp[b].total_cmp(&lp[a]).then(a.cmp(&b)));
+        order.truncate(n);
+        order.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]).then(a.cmp(&b)));
+        TokenLogprob { logprob: lp[id as usize], top: order.iter().map(|&i| (i as u32, lp[i])).collect() }
+    });
+    Some(Sampled { lane_id: lane.lane_id, id, logprob })
+}
