@@ -4,3 +4,6 @@ pub mod engine;
 pub mod stop;
 pub mod request_types;
 pub mod runtime;
+pub mod ledger;
+pub mod device;
+pub mod metrics;

@@ -1,0 +1,322 @@
+//! The device actor: owns the ledger, hands out allocations that give their bytes back when dropped.
+
+use std::alloc::Layout;
+use std::ops::{Deref, DerefMut};
+
+use actix::prelude::*;
+
+use crate::ledger::{DevicePtr, DriverError, DriverTable, Ledger, LedgerError, LedgerSnapshot, MemoryKind};
+
+/// Alignment of every host allocation, wide enough for any SIMD load the kernels make.
+pub const HOST_ALIGN: usize = 64;
+
+/// The CPU backend's driver: the system allocator, zeroed and 64-byte aligned.
+pub struct CpuDriver;
+
+/// The driver for the CPU backend.
+pub fn cpu_driver() -> Box<dyn DriverTable> {
+    Box::new(CpuDriver)
+}
+
+impl DriverTable for CpuDriver {
+    fn alloc(&mut self, _kind: MemoryKind, bytes: usize) -> Result<DevicePtr, DriverError> {
+        if bytes == 0 {
+            // The system allocator must not be asked for zero bytes; an aligned dangling address stands in.
+            return Ok(DevicePtr(HOST_ALIGN as u64));
+        }
+        let layout = Layout::from_size_align(bytes, HOST_ALIGN).map_err(|_| DriverError::InvalidSize { bytes })?;
+        // SAFETY: the layout has a non-zero size, checked above.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(DriverError::OutOfMemory { bytes });
+        }
+        Ok(DevicePtr(ptr.expose_provenance() as u64))
+    }
+
+    fn free(&mut self, _kind: MemoryKind, ptr: DevicePtr, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let Ok(layout) = Layout::from_size_align(bytes, HOST_ALIGN) else {
+            return;
+        };
+        let raw = std::ptr::with_exposed_provenance_mut::<u8>(ptr.0 as usize);
+        // SAFETY: only `Allocation` frees, with the pointer and size this driver returned for it.
+        unsafe { std::alloc::dealloc(raw, layout) };
+    }
+
+    fn is_host_addressable(&self, _kind: MemoryKind) -> bool {
+        true
+    }
+}
+
+/// Asks for memory of one kind under the cap.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "Result<Allocation, LedgerError>")]
+pub struct Allocate {
+    pub kind: MemoryKind,
+    pub bytes: usize,
+}
+
+/// Accounts memory allocated before the runtime started, such as CPU weights from the loader.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "Result<Adoption, LedgerError>")]
+pub struct Adopt {
+    pub kind: MemoryKind,
+    pub bytes: usize,
+}
+
+/// Reads the ledger's counts.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "LedgerSnapshot")]
+pub struct Snapshot;
+
+/// Returns an allocation's or adoption's bytes; only their drops can build one, so no pointer is freed twice.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Free {
+    kind: MemoryKind,
+    bytes: usize,
+    /// `None` for an adoption, whose memory its owner frees.
+    ptr: Option<DevicePtr>,
+}
+
+/// Memory granted by the device actor; dropping it returns the bytes. Not `Clone`, so it is freed once.
+pub struct Allocation {
+    kind: MemoryKind,
+    bytes: usize,
+    ptr: DevicePtr,
+    host: bool,
+    owner: Recipient<Free>,
+}
+
+impl Allocation {
+    pub fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// Whether the memory can be read on the host; device memory has only its pointer.
+    pub fn is_host_addressable(&self) -> bool {
+        self.host
+    }
+
+    /// The memory as `bytes / 4` floats, zeroed at first; empty for device memory, which the host cannot read.
+    pub fn as_f32(&self) -> &[f32] {
+        if !self.host {
+            return &[];
+        }
+        let raw = std::ptr::with_exposed_provenance::<f32>(self.ptr.0 as usize);
+        // SAFETY: a host driver gave this aligned, initialised pointer for `bytes`, live until this handle drops.
+        unsafe { std::slice::from_raw_parts(raw, self.bytes / 4) }
+    }
+
+    /// The memory as mutable floats; the handle is the memory's only owner, so the borrow is exclusive.
+    pub fn as_f32_mut(&mut self) -> &mut [f32] {
+        if !self.host {
+            return &mut [];
+        }
+        let raw = std::ptr::with_exposed_provenance_mut::<f32>(self.ptr.0 as usize);
+        // SAFETY: as in `as_f32`, and `&mut self` rules out any other view of this memory.
+        unsafe { std::slice::from_raw_parts_mut(raw, self.bytes / 4) }
+    }
+}
+
+impl Deref for Allocation {
+    type Target = [f32];
+
+    fn deref(&self) -> &[f32] {
+        self.as_f32()
+    }
+}
+
+impl DerefMut for Allocation {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        self.as_f32_mut()
+    }
+}
+
+impl std::fmt::Debug for Allocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Allocation")
+            .field("kind", &self.kind)
+            .field("bytes", &self.bytes)
+            .field("ptr", &self.ptr)
+            .finish()
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        // A stopped actor took its ledger with it, so there is nothing left to return the bytes to.
+        self.owner.do_send(Free { kind: self.kind, bytes: self.bytes, ptr: Some(self.ptr) });
+    }
+}
+
+/// Bytes adopted under the cap; dropping it gives them back. Not `Clone`, so it is released once.
+pub struct Adoption {
+    kind: MemoryKind,
+    bytes: usize,
+    owner: Recipient<Free>,
+}
+
+impl Adoption {
+    pub fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl std::fmt::Debug for Adoption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adoption").field("kind", &self.kind).field("bytes", &self.bytes).finish()
+    }
+}
+
+impl Drop for Adoption {
+    fn drop(&mut self) {
+        self.owner.do_send(Free { kind: self.kind, bytes: self.bytes, ptr: None });
+    }
+}
+
+/// Owns the ledger; every allocation in the process goes through it.
+pub struct DeviceActor {
+    ledger: Ledger,
+}
+
+impl DeviceActor {
+    pub fn new(ledger: Ledger) -> DeviceActor {
+        DeviceActor { ledger }
+    }
+}
+
+impl Actor for DeviceActor {
+    type Context = Context<Self>;
+}
+
+impl Handler<Allocate> for DeviceActor {
+    type Result = Result<Allocation, LedgerError>;
+
+    fn handle(&mut self, msg: Allocate, ctx: &mut Context<Self>) -> Self::Result {
+        let ptr = self.ledger.allocate(msg.kind, msg.bytes)?;
+        let host = self.ledger.is_host_addressable(msg.kind);
+        Ok(Allocation { kind: msg.kind, bytes: msg.bytes, ptr, host, owner: ctx.address().recipient() })
+    }
+}
+
+impl Handler<Adopt> for DeviceActor {
+    type Result = Result<Adoption, LedgerError>;
+
+    fn handle(&mut self, msg: Adopt, ctx: &mut Context<Self>) -> Self::Result {
+        self.ledger.adopt(msg.kind, msg.bytes)?;
+        Ok(Adoption { kind: msg.kind, bytes: msg.bytes, owner: ctx.address().recipient() })
+    }
+}
+
+impl Handler<Snapshot> for DeviceActor {
+    type Result = MessageResult<Snapshot>;
+
+    fn handle(&mut self, _msg: Snapshot, _ctx: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.ledger.snapshot())
+    }
+}
+
+impl Handler<Free> for DeviceActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Free, _ctx: &mut Context<Self>) {
+        match msg.ptr {
+            Some(ptr) => self.ledger.free(msg.kind, ptr, msg.bytes),
+            None => self.ledger.release_adopted(msg.kind, msg.bytes),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::ledger::tests::FakeDriver;
+
+    fn assert_send<T: Send>() {}
+
+    #[test]
+    fn test_handles_are_send() {
+        assert_send::<Allocation>();
+        assert_send::<Adoption>();
+    }
+
+    #[actix::test]
+    async fn test_allocate_and_drop_returns_to_baseline() {
+        let device = DeviceActor::new(Ledger::new(Some(1 << 20), cpu_driver())).start();
+        let baseline = device.send(Snapshot).await.expect("actor alive");
+        let mut kv =
+            device.send(Allocate { kind: MemoryKind::KvCache, bytes: 4096 }).await.expect("alive").expect("fits");
+        let pinned =
+            device.send(Allocate { kind: MemoryKind::PinnedHost, bytes: 1000 }).await.expect("alive").expect("fits");
+        assert_eq!(kv.len(), 1024);
+        assert_eq!(kv.as_ptr() as usize % HOST_ALIGN, 0);
+        assert!(kv.iter().all(|&x| x == 0.0), "host memory starts zeroed");
+        kv.as_f32_mut()[1023] = 3.5;
+        kv[0] = 1.0;
+        assert_eq!((kv.as_f32()[0], kv[1023]), (1.0, 3.5));
+        assert_eq!(pinned.len(), 250);
+        let held = device.send(Snapshot).await.expect("alive");
+        assert_eq!(held.used[MemoryKind::KvCache], 4096);
+        assert_eq!(held.total_used, baseline.total_used + 5096);
+        drop(kv);
+        drop(pinned);
+        let after = device.send(Snapshot).await.expect("alive");
+        assert_eq!(after.used, baseline.used);
+        assert_eq!((after.total_used, after.total_peak), (baseline.total_used, 5096));
+    }
+
+    #[actix::test]
+    async fn test_refusal_over_cap_reaches_no_driver() {
+        let (driver, state) = FakeDriver::boxed();
+        let device = DeviceActor::new(Ledger::new(Some(1000), driver)).start();
+        let first =
+            device.send(Allocate { kind: MemoryKind::Activations, bytes: 800 }).await.expect("alive").expect("fits");
+        assert!(!first.is_host_addressable() && first.is_empty(), "no host view of driver memory it cannot read");
+        let refused = device.send(Allocate { kind: MemoryKind::KvCache, bytes: 201 }).await.expect("alive");
+        assert!(matches!(refused, Err(LedgerError::Refused { requested: 201, used: 800, cap: 1000, .. })));
+        assert_eq!(state.alloc_calls.load(Ordering::SeqCst), 1);
+        drop(first);
+        let snap = device.send(Snapshot).await.expect("alive");
+        assert_eq!((snap.total_used, snap.refusals), (0, 1));
+        assert_eq!((state.free_calls.load(Ordering::SeqCst), state.live_bytes.load(Ordering::SeqCst)), (1, 0));
+    }
+
+    #[actix::test]
+    async fn test_adoption_counts_and_returns_on_drop() {
+        let (driver, state) = FakeDriver::boxed();
+        let device = DeviceActor::new(Ledger::new(Some(1000), driver)).start();
+        let weights = device.send(Adopt { kind: MemoryKind::Weights, bytes: 900 }).await.expect("alive").expect("fits");
+        let refused = device.send(Allocate { kind: MemoryKind::KvCache, bytes: 200 }).await.expect("alive");
+        assert!(matches!(refused, Err(LedgerError::Refused { .. })));
+        drop(weights);
+        let kv = device.send(Allocate { kind: MemoryKind::KvCache, bytes: 200 }).await.expect("alive");
+        assert!(kv.is_ok(), "the adoption's bytes came back on drop");
+        assert_eq!((state.alloc_calls.load(Ordering::SeqCst), state.free_calls.load(Ordering::SeqCst)), (1, 0));
+    }
+
+    #[test]
+    fn test_cpu_driver_zero_and_oversized() {
+        let mut driver = CpuDriver;
+        let empty = driver.alloc(MemoryKind::KvCache, 0).expect("zero bytes is fine");
+        assert_eq!(empty.0 as usize % HOST_ALIGN, 0);
+        driver.free(MemoryKind::KvCache, empty, 0);
+        assert_eq!(driver.alloc(MemoryKind::KvCache, usize::MAX), Err(DriverError::InvalidSize { bytes: usize::MAX }));
+    }
+}
