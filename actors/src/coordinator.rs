@@ -97,7 +97,7 @@ impl Coordinator {
         }
         self.in_flight = true;
         let output = self.runner.run(plan);
-        ctx.spawn(wrap_future(output).map(|output, act: &mut Self, ctx| {
+        ctx.spawn(actix::fut::wrap_future::<_, Self>(output).map(|output, act: &mut Self, ctx| {
             act.in_flight = false;
             match output {
                 Ok(output) => act.apply(output),

@@ -1,9 +1,14 @@
 //! The actor runtime: what it needs from an engine, and the actors that drive it.
 
-pub mod engine;
-pub mod stop;
-pub mod request_types;
-pub mod runtime;
-pub mod ledger;
+pub mod coordinator;
 pub mod device;
+pub mod engine;
+pub mod kv;
+pub mod ledger;
 pub mod metrics;
+pub mod request;
+pub mod request_types;
+pub mod round;
+pub mod runner;
+pub mod runtime;
+pub mod stop;

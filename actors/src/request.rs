@@ -80,7 +80,10 @@ impl Actor for RequestActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         // The receiver is dropped when the client disconnects, also during a long prefill.
         let events = self.events.clone();
-        ctx.spawn(wrap_future(async move { events.closed().await }).map(|(), _: &mut Self, ctx| ctx.stop()));
+        ctx.spawn(
+            actix::fut::wrap_future::<_, Self>(async move { events.closed().await })
+                .map(|(), _: &mut Self, ctx| ctx.stop()),
+        );
     }
 
     fn stopping(&mut self, _: &mut Context<Self>) -> Running {
