@@ -12,3 +12,6 @@ pub mod round;
 pub mod runner;
 pub mod runtime;
 pub mod stop;
+
+#[cfg(test)]
+mod runtime_tests;
