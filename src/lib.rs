@@ -12,5 +12,6 @@ pub mod llama;
 pub mod tokenizer;
 pub mod generate;
 pub mod model;
+pub mod server;
 
 pub use tensorfold_kernels::sampling;

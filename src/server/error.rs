@@ -1,0 +1,193 @@
+//! The HTTP layer's one error enum, and the one place it becomes a status and an OpenAI error body.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+use tensorfold_actors::request_types::SubmitError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request is malformed or asks for something we do not serve; `param` names the field.
+    #[error("{message}")]
+    InvalidRequest { message: String, param: Option<String>, code: Option<&'static str> },
+    #[error("the request body is larger than the limit of {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    #[error("missing or incorrect API key; send it as 'Authorization: Bearer <key>'")]
+    Unauthorized,
+    #[error("no route for {method} {path}")]
+    NotFound { method: String, path: String },
+    #[error("the model '{0}' does not exist")]
+    ModelNotFound(String),
+    #[error("{method} is not allowed on {path}; allowed: {allowed}")]
+    MethodNotAllowed { method: String, path: String, allowed: &'static str },
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// OpenAI's error envelope: `{"error": {"message", "type", "param", "code"}}`.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct ErrorDetail {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    /// A 400 naming the offending field.
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError::InvalidRequest { message: message.into(), param: Some(param.into()), code: None }
+    }
+
+    /// A 400 about the request as a whole (malformed JSON, not an object).
+    pub fn invalid_body(message: impl Into<String>) -> ApiError {
+        ApiError::InvalidRequest { message: message.into(), param: None, code: None }
+    }
+
+    /// The prompt or prompt plus max_tokens does not fit the model's context.
+    pub fn context_exceeded(param: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError::InvalidRequest {
+            message: message.into(),
+            param: Some(param.into()),
+            code: Some("context_length_exceeded"),
+        }
+    }
+
+    /// OpenAI's error `type` and `code` for this error.
+    fn kind_and_code(&self) -> (&'static str, Option<&'static str>) {
+        match self {
+            ApiError::InvalidRequest { code, .. } => ("invalid_request_error", *code),
+            ApiError::BodyTooLarge { .. } => ("invalid_request_error", Some("request_too_large")),
+            ApiError::Unauthorized => ("invalid_request_error", Some("invalid_api_key")),
+            ApiError::NotFound { .. } => ("invalid_request_error", Some("unknown_url")),
+            ApiError::ModelNotFound(_) => ("invalid_request_error", Some("model_not_found")),
+            ApiError::MethodNotAllowed { .. } => ("invalid_request_error", Some("method_not_allowed")),
+            ApiError::Submit(SubmitError::QueueFull(_)) => ("rate_limit_error", Some("rate_limit_exceeded")),
+            ApiError::Submit(SubmitError::TooLarge { .. }) => {
+                ("invalid_request_error", Some("context_length_exceeded"))
+            }
+            ApiError::Submit(SubmitError::Closed) | ApiError::Unavailable(_) => {
+                ("server_error", Some("service_unavailable"))
+            }
+            ApiError::Internal(_) => ("server_error", None),
+        }
+    }
+
+    pub fn body(&self) -> ErrorBody {
+        let (kind, code) = self.kind_and_code();
+        let param = match self {
+            ApiError::InvalidRequest { param, .. } => param.clone(),
+            ApiError::ModelNotFound(_) => Some("model".to_string()),
+            _ => None,
+        };
+        ErrorBody { error: ErrorDetail { message: self.to_string(), kind, param, code } }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound { .. } | ApiError::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Submit(SubmitError::QueueFull(_)) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Submit(SubmitError::TooLarge { .. }) => StatusCode::BAD_REQUEST,
+            ApiError::Submit(SubmitError::Closed) | ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status_code());
+        match self {
+            ApiError::Submit(SubmitError::QueueFull(_)) => {
+                response.insert_header((header::RETRY_AFTER, "1"));
+            }
+            ApiError::Unauthorized => {
+                response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+            }
+            ApiError::MethodNotAllowed { allowed, .. } => {
+                response.insert_header((header::ALLOW, *allowed));
+            }
+            _ => {}
+        }
+        response.json(self.body())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status_and_json(error: ApiError) -> (StatusCode, serde_json::Value, actix_web::http::header::HeaderMap) {
+        let response = error.error_response();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = actix_web::body::to_bytes_limited(response.into_body(), 1 << 16);
+        let bytes = futures_util::FutureExt::now_or_never(bytes).expect("a JSON body is ready at once");
+        let json = serde_json::from_slice(&bytes.expect("within limit").expect("body")).expect("valid JSON");
+        (status, json, headers)
+    }
+
+    #[test]
+    fn test_error_body_has_openai_shape() {
+        let (status, json, _) = status_and_json(ApiError::invalid("temperature", "temperature must be in [0, 2]"));
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            json,
+            serde_json::json!({"error": {
+                "message": "temperature must be in [0, 2]",
+                "type": "invalid_request_error",
+                "param": "temperature",
+                "code": null,
+            }})
+        );
+    }
+
+    #[test]
+    fn test_queue_full_is_429_with_retry_after() {
+        let (status, json, headers) = status_and_json(SubmitError::QueueFull(8).into());
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(headers.get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
+        assert_eq!(json["error"]["type"], "rate_limit_error");
+        assert_eq!(json["error"]["message"], "too many waiting requests (8); retry later");
+    }
+
+    #[test]
+    fn test_submit_errors_map_to_statuses() {
+        let too_large: ApiError = SubmitError::TooLarge { needed: 9, total: 4 }.into();
+        assert_eq!(too_large.status_code(), StatusCode::BAD_REQUEST);
+        assert_eq!(too_large.body().error.code, Some("context_length_exceeded"));
+        let closed: ApiError = SubmitError::Closed.into();
+        assert_eq!(closed.status_code(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(closed.body().error.kind, "server_error");
+    }
+
+    #[test]
+    fn test_framework_errors_have_json_bodies() {
+        let (status, json, _) = status_and_json(ApiError::BodyTooLarge { limit: 10 });
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(json["error"]["code"], "request_too_large");
+        let (status, json, headers) = status_and_json(ApiError::Unauthorized);
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(json["error"]["code"], "invalid_api_key");
+        assert!(headers.contains_key(header::WWW_AUTHENTICATE));
+        let not_allowed =
+            ApiError::MethodNotAllowed { method: "GET".into(), path: "/v1/completions".into(), allowed: "POST" };
+        let (status, _, headers) = status_and_json(not_allowed);
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(headers.get(header::ALLOW).and_then(|v| v.to_str().ok()), Some("POST"));
+    }
+}

@@ -1,0 +1,163 @@
+//! The OpenAI-compatible HTTP layer; the only part of tensorfold that knows actix-web.
+
+pub mod error;
+pub mod openai;
+pub mod reply;
+pub mod routes;
+pub mod sse;
+pub mod validate;
+
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use actix_web::HttpServer;
+use tensorfold_actors::request_types::{Event, SubmitError, ValidRequest};
+use tensorfold_actors::runtime::{Limits, Runtime};
+use tokio::sync::mpsc;
+
+pub use error::ApiError;
+pub use routes::{app, configure};
+
+use crate::tokenizer::Tokenizer;
+
+/// What the handlers need from the runtime; `Runtime` is the one real implementation.
+pub trait Backend: Clone + 'static {
+    fn limits(&self) -> Limits;
+    /// Queues a request; dropping the receiver cancels it.
+    fn submit(&self, request: ValidRequest) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>>;
+    fn is_ready(&self) -> bool;
+    fn metrics_text(&self) -> impl Future<Output = String>;
+}
+
+impl Backend for Runtime {
+    fn limits(&self) -> Limits {
+        Runtime::limits(self)
+    }
+
+    fn submit(&self, request: ValidRequest) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>> {
+        Runtime::submit(self, request)
+    }
+
+    fn is_ready(&self) -> bool {
+        Runtime::is_ready(self)
+    }
+
+    fn metrics_text(&self) -> impl Future<Output = String> {
+        Runtime::metrics_text(self)
+    }
+}
+
+/// Everything a handler reads; shared by every worker.
+#[derive(Clone)]
+pub struct AppState<B = Runtime> {
+    pub runtime: B,
+    pub tokenizer: Arc<Tokenizer>,
+    /// The name replies carry, whatever name the request used.
+    pub model_name: String,
+    /// When set, every route but `/health` needs `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// Unix seconds, reported as the model's `created`.
+    pub created: u64,
+}
+
+impl<B: Backend> AppState<B> {
+    pub fn new(runtime: B, tokenizer: Arc<Tokenizer>, model_name: String, api_key: Option<String>) -> AppState<B> {
+        AppState { runtime, tokenizer, model_name, api_key, created: unix_now() }
+    }
+}
+
+/// Where and how to listen.
+#[derive(Clone)]
+pub struct ServeConfig {
+    pub host: String,
+    /// 0 asks the OS for a free port; the bound one is printed.
+    pub port: u16,
+    /// Larger request bodies get a 413.
+    pub max_body_bytes: usize,
+    /// When set, every route but `/health` needs `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+}
+
+// By hand, so the key never reaches a log.
+impl std::fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// Binds, prints `listening on http://HOST:PORT` on stderr for each address, and serves until shut down.
+pub async fn run(
+    config: ServeConfig,
+    runtime: Runtime,
+    tokenizer: Arc<Tokenizer>,
+    model_name: String,
+) -> std::io::Result<()> {
+    let state = AppState::new(runtime, tokenizer, model_name, config.api_key);
+    let max_body_bytes = config.max_body_bytes;
+    let server =
+        HttpServer::new(move || app(state.clone(), max_body_bytes)).bind((config.host.as_str(), config.port))?;
+    for addr in server.addrs() {
+        eprintln!("listening on http://{addr}");
+    }
+    server.run().await
+}
+
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// 64 unpredictable bits for ids and default seeds: std's per-process random hash keys over a counter.
+pub(crate) fn random_u64() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    hasher.finish()
+}
+
+/// A word-level tokenizer small enough to write out in a test.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::sync::{Arc, OnceLock};
+
+    use crate::tokenizer::Tokenizer;
+
+    const VOCAB: &[&str] = &["<s>", "</s>", "<unk>", "hello", "world", "user", "assistant", "system", ":"];
+    const TEMPLATE: &str = "{% if messages[0].role == 'assistant' %}{{ raise_exception('conversations must start with \
+        a user or system message') }}{% endif %}{% for m in messages %}{{ m.role }} : {{ m.content }} {% endfor %}\
+        {% if add_generation_prompt %}assistant :{% endif %}";
+
+    fn build() -> Tokenizer {
+        let vocab: serde_json::Map<String, serde_json::Value> =
+            VOCAB.iter().enumerate().map(|(id, t)| (t.to_string(), id.into())).collect();
+        let special = |id: usize| {
+            serde_json::json!({"id": id, "content": VOCAB[id], "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": true})
+        };
+        let tokenizer = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null,
+            "added_tokens": [special(0), special(1)],
+            "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
+        });
+        let config = serde_json::json!({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": true,
+            "chat_template": TEMPLATE});
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string()).expect("writes tokenizer.json");
+        std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string()).expect("writes the config");
+        Tokenizer::from_hf_dir(dir.path()).expect("the test tokenizer loads")
+    }
+
+    pub fn tokenizer() -> Arc<Tokenizer> {
+        static TOKENIZER: OnceLock<Arc<Tokenizer>> = OnceLock::new();
+        Arc::clone(TOKENIZER.get_or_init(|| Arc::new(build())))
+    }
+}

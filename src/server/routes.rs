@@ -1,0 +1,202 @@
+//! Routes and handlers: read the body, parse, validate, submit, then stream or collect the reply.
+
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::http::header;
+use actix_web::middleware::{from_fn, Next};
+use actix_web::{web, App, HttpRequest, HttpResponse, ResponseError};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+
+use super::error::ApiError;
+use super::openai::{ChatCompletionRequest, CompletionRequest, ModelCard, ModelList};
+use super::reply::{collect, Collector, Kind, ReplyMeta};
+use super::sse::{event_stream, ChunkWriter};
+use super::validate::{validate_chat, validate_completion, Validated};
+use super::{unix_now, AppState, Backend};
+
+/// Request bodies larger than this get a 413.
+#[derive(Clone, Copy, Debug)]
+struct BodyLimit(usize);
+
+/// The key requests must present, if any.
+struct RequiredKey(Option<String>);
+
+/// The whole application: state, auth, routes, and JSON errors for unknown routes.
+pub fn app<B: Backend>(
+    state: AppState<B>,
+    max_body_bytes: usize,
+) -> App<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    App::new()
+        .app_data(web::Data::new(RequiredKey(state.api_key.clone())))
+        .app_data(web::Data::new(BodyLimit(max_body_bytes)))
+        .app_data(web::Data::new(state))
+        .wrap(from_fn(require_api_key))
+        .configure(configure::<B>)
+        .default_service(web::to(not_found))
+}
+
+/// The routes alone; they expect `web::Data<AppState<B>>` and the body limit registered by `app`.
+pub fn configure<B: Backend>(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/v1/chat/completions")
+            .route(web::post().to(chat_completions::<B>))
+            .default_service(web::to(only("POST"))),
+    )
+    .service(
+        web::resource("/v1/completions").route(web::post().to(completions::<B>)).default_service(web::to(only("POST"))),
+    )
+    .service(web::resource("/v1/models").route(web::get().to(list_models::<B>)).default_service(web::to(only("GET"))))
+    .service(
+        web::resource("/v1/models/{id:.+}").route(web::get().to(get_model::<B>)).default_service(web::to(only("GET"))),
+    )
+    .service(web::resource("/health").route(web::get().to(health::<B>)).default_service(web::to(only("GET"))))
+    .service(web::resource("/metrics").route(web::get().to(metrics::<B>)).default_service(web::to(only("GET"))));
+}
+
+/// A handler answering 405 for a route that serves only `allowed`.
+fn only(allowed: &'static str) -> impl Fn(HttpRequest) -> std::future::Ready<Result<HttpResponse, ApiError>> + Clone {
+    move |req: HttpRequest| {
+        let (method, path) = (req.method().to_string(), req.path().to_string());
+        std::future::ready(Err(ApiError::MethodNotAllowed { method, path, allowed }))
+    }
+}
+
+async fn not_found(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::NotFound { method: req.method().to_string(), path: req.path().to_string() })
+}
+
+async fn require_api_key(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let expected = req.app_data::<web::Data<RequiredKey>>().and_then(|key| key.0.clone());
+    if let Some(expected) = expected {
+        if req.path() != "/health" && !bearer_matches(req.headers(), &expected) {
+            let response = ApiError::Unauthorized.error_response();
+            return Ok(req.into_response(response).map_into_right_body());
+        }
+    }
+    next.call(req).await.map(ServiceResponse::map_into_left_body)
+}
+
+fn bearer_matches(headers: &header::HeaderMap, expected: &str) -> bool {
+    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.split_once(' '));
+    match given {
+        Some((scheme, key)) if scheme.eq_ignore_ascii_case("bearer") => same_key(key.trim(), expected),
+        _ => false,
+    }
+}
+
+/// Compares without an early exit, so response time does not reveal how much of the key matched.
+fn same_key(given: &str, expected: &str) -> bool {
+    let (given, expected) = (given.as_bytes(), expected.as_bytes());
+    given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+/// The body, refused with a 413 as soon as it is known to pass the limit.
+async fn read_body(req: &HttpRequest, mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {
+    let declared =
+        req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::BodyTooLarge { limit });
+    }
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::invalid_body(format!("reading the request body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(ApiError::BodyTooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+/// Runs validation off the worker thread: rendering and tokenizing a long prompt is CPU work.
+async fn validate_off_thread(
+    validate: impl FnOnce() -> Result<Validated, ApiError> + Send + 'static,
+) -> Result<Validated, ApiError> {
+    web::block(validate).await.map_err(|e| ApiError::Internal(format!("validating the request: {e}")))?
+}
+
+async fn chat_completions<B: Backend>(
+    state: web::Data<AppState<B>>,
+    limit: web::Data<BodyLimit>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(&req, payload, limit.0).await?;
+    let request = ChatCompletionRequest::from_json(&body)?;
+    let (tokenizer, context) = (state.tokenizer.clone(), state.runtime.limits().context);
+    let valid = validate_off_thread(move || validate_chat(request, &tokenizer, context)).await?;
+    generate(&state, Kind::Chat, valid).await
+}
+
+async fn completions<B: Backend>(
+    state: web::Data<AppState<B>>,
+    limit: web::Data<BodyLimit>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(&req, payload, limit.0).await?;
+    let request = CompletionRequest::from_json(&body)?;
+    let (tokenizer, context) = (state.tokenizer.clone(), state.runtime.limits().context);
+    let valid = validate_off_thread(move || validate_completion(request, &tokenizer, context)).await?;
+    generate(&state, Kind::Completion, valid).await
+}
+
+async fn generate<B: Backend>(state: &AppState<B>, kind: Kind, valid: Validated) -> Result<HttpResponse, ApiError> {
+    let Validated { request, reply } = valid;
+    let events = state.runtime.submit(request).await?;
+    let meta = ReplyMeta::new(kind, &state.model_name, unix_now());
+    if reply.stream {
+        let writer = ChunkWriter::new(meta, reply, state.tokenizer.clone());
+        return Ok(HttpResponse::Ok()
+            .content_type("text/event-stream")
+            .insert_header((header::CACHE_CONTROL, "no-cache"))
+            // Proxies such as nginx would otherwise hold chunks back.
+            .insert_header(("X-Accel-Buffering", "no"))
+            .streaming(event_stream(events, writer)));
+    }
+    let body = collect(events, Collector::new(meta, reply, state.tokenizer.clone())).await?;
+    Ok(HttpResponse::Ok().json(body))
+}
+
+fn model_card<B>(state: &AppState<B>) -> ModelCard {
+    ModelCard { id: state.model_name.clone(), object: "model", created: state.created, owned_by: "tensorfold" }
+}
+
+async fn list_models<B: Backend>(state: web::Data<AppState<B>>) -> HttpResponse {
+    HttpResponse::Ok().json(ModelList { object: "list", data: vec![model_card(&state)] })
+}
+
+async fn get_model<B: Backend>(state: web::Data<AppState<B>>, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    if *id != state.model_name {
+        return Err(ApiError::ModelNotFound(id.into_inner()));
+    }
+    Ok(HttpResponse::Ok().json(model_card(&state)))
+}
+
+async fn health<B: Backend>(state: web::Data<AppState<B>>) -> HttpResponse {
+    if state.runtime.is_ready() {
+        HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
+    } else {
+        HttpResponse::ServiceUnavailable().json(serde_json::json!({"status": "unavailable"}))
+    }
+}
+
+async fn metrics<B: Backend>(state: web::Data<AppState<B>>) -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(state.runtime.metrics_text().await)
+}
+
+#[cfg(test)]
+#[path = "routes_tests.rs"]
+mod tests;

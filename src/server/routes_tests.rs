@@ -1,0 +1,259 @@
+//! The handlers over HTTP with a scripted backend standing in for the runtime.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use actix_web::body::MessageBody;
+use actix_web::http::{header, StatusCode};
+use actix_web::test;
+use tensorfold_actors::request_types::{Event, FinishReason, SubmitError, Usage, ValidRequest};
+use tensorfold_actors::runtime::Limits;
+use tokio::sync::mpsc;
+
+use super::super::test_support::tokenizer;
+use super::super::{AppState, Backend};
+use super::app;
+
+const CONTEXT: usize = 64;
+const BODY_LIMIT: usize = 512;
+
+/// What the scripted backend answers to `submit`.
+#[derive(Clone, Copy)]
+enum Script {
+    /// Two tokens, then done.
+    Reply,
+    /// One token, and the channel stays open.
+    Hold,
+    QueueFull,
+    Closed,
+}
+
+#[derive(Clone)]
+struct Scripted {
+    script: Script,
+    ready: bool,
+    /// The prompt length and max_tokens of the last submitted request.
+    seen: Arc<Mutex<Option<(usize, usize)>>>,
+    /// The sender of a `Hold` request, kept to see when the receiver goes away.
+    held: Arc<Mutex<Option<mpsc::Sender<Event>>>>,
+}
+
+impl Scripted {
+    fn new(script: Script) -> Scripted {
+        Scripted { script, ready: true, seen: Arc::default(), held: Arc::default() }
+    }
+}
+
+impl Backend for Scripted {
+    fn limits(&self) -> Limits {
+        Limits { context: CONTEXT, max_waiting: 4 }
+    }
+
+    fn submit(&self, request: ValidRequest) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>> {
+        let this = self.clone();
+        async move {
+            *this.seen.lock().expect("not poisoned") = Some((request.prompt.len(), request.max_tokens));
+            let (sender, receiver) = mpsc::channel(8);
+            let token = |id: u32, text: &str| Event::Token { id, text: text.into(), logprob: None };
+            match this.script {
+                Script::QueueFull => return Err(SubmitError::QueueFull(4)),
+                Script::Closed => return Err(SubmitError::Closed),
+                Script::Reply => {
+                    let usage = Usage { prompt_tokens: request.prompt.len(), completion_tokens: 2 };
+                    for event in
+                        [token(3, "hello"), token(4, " world"), Event::Done { finish: FinishReason::Stop, usage }]
+                    {
+                        sender.try_send(event).expect("room in the channel");
+                    }
+                }
+                Script::Hold => {
+                    sender.try_send(token(3, "hello")).expect("room in the channel");
+                    *this.held.lock().expect("not poisoned") = Some(sender);
+                }
+            }
+            Ok(receiver)
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ready
+    }
+
+    fn metrics_text(&self) -> impl Future<Output = String> {
+        std::future::ready("tensorfold_requests_total 3\n".to_string())
+    }
+}
+
+fn state(backend: Scripted, api_key: Option<&str>) -> AppState<Scripted> {
+    AppState::new(backend, tokenizer(), "tiny".to_string(), api_key.map(str::to_string))
+}
+
+fn chat_body(stream: bool) -> serde_json::Value {
+    serde_json::json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}], "stream": stream})
+}
+
+/// Status, headers and body text of one request against a fresh app.
+async fn call(
+    backend: Scripted,
+    api_key: Option<&str>,
+    req: test::TestRequest,
+) -> (StatusCode, header::HeaderMap, String) {
+    let service = test::init_service(app(state(backend, api_key), BODY_LIMIT)).await;
+    let response = test::call_service(&service, req.to_request()).await;
+    let (status, headers) = (response.status(), response.headers().clone());
+    let body = test::read_body(response).await;
+    (status, headers, String::from_utf8(body.to_vec()).expect("utf-8"))
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+#[actix_web::test]
+async fn test_chat_non_stream_reply() {
+    let backend = Scripted::new(Script::Reply);
+    let req = test::TestRequest::post().uri("/v1/chat/completions").set_json(chat_body(false));
+    let (status, _, body) = call(backend.clone(), None, req).await;
+    assert_eq!(status, StatusCode::OK);
+    let body = json(&body);
+    assert!(body["id"].as_str().is_some_and(|id| id.starts_with("chatcmpl-")), "{body}");
+    assert_eq!(body["model"], "tiny");
+    assert_eq!(body["choices"][0]["message"]["content"], "hello world");
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    let (num_prompt, max_tokens) = backend.seen.lock().expect("not poisoned").expect("submitted");
+    assert_eq!(body["usage"]["prompt_tokens"], num_prompt);
+    assert_eq!(max_tokens, CONTEXT - num_prompt, "the default is the rest of the context");
+}
+
+#[actix_web::test]
+async fn test_chat_stream_reply() {
+    let req = test::TestRequest::post().uri("/v1/chat/completions").set_json(chat_body(true));
+    let (status, headers, body) = call(Scripted::new(Script::Reply), None, req).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()), Some("text/event-stream"));
+    let events: Vec<&str> = body.split_terminator("\n\n").collect();
+    assert_eq!(events.len(), 5, "{body}");
+    assert!(events[0].contains(r#""delta":{"role":"assistant","content":""}"#), "{body}");
+    assert!(events[3].contains(r#""finish_reason":"stop""#), "{body}");
+    assert_eq!(events[4], "data: [DONE]");
+}
+
+#[actix_web::test]
+async fn test_completion_reply_and_stream() {
+    let req = test::TestRequest::post().uri("/v1/completions").set_json(serde_json::json!({"prompt": "hello"}));
+    let (status, _, body) = call(Scripted::new(Script::Reply), None, req).await;
+    assert_eq!(status, StatusCode::OK);
+    let body = json(&body);
+    assert!(body["id"].as_str().is_some_and(|id| id.starts_with("cmpl-")), "{body}");
+    assert_eq!(body["object"], "text_completion");
+    assert_eq!(body["choices"][0]["text"], "hello world");
+    let streamed = serde_json::json!({"prompt": "hello", "stream": true, "stream_options": {"include_usage": true}});
+    let req = test::TestRequest::post().uri("/v1/completions").set_json(streamed);
+    let (_, _, body) = call(Scripted::new(Script::Reply), None, req).await;
+    let events: Vec<&str> = body.split_terminator("\n\n").collect();
+    assert_eq!(events.len(), 5, "{body}");
+    assert!(events[3].contains(r#""choices":[]"#) && events[3].contains(r#""total_tokens""#), "{body}");
+}
+
+#[actix_web::test]
+async fn test_bad_requests_are_openai_400s() {
+    let malformed = test::TestRequest::post().uri("/v1/chat/completions").set_payload("{not json");
+    let (status, _, body) = call(Scripted::new(Script::Reply), None, malformed).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(json(&body)["error"]["type"], "invalid_request_error");
+    assert_eq!(json(&body)["error"]["param"], serde_json::Value::Null);
+    let two = serde_json::json!({"messages": [{"role": "user", "content": "hello"}], "n": 2});
+    let req = test::TestRequest::post().uri("/v1/chat/completions").set_json(two);
+    let (status, _, body) = call(Scripted::new(Script::Reply), None, req).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(json(&body)["error"]["param"], "n");
+}
+
+#[actix_web::test]
+async fn test_body_over_limit_is_413() {
+    let long = "hello ".repeat(BODY_LIMIT);
+    let req = test::TestRequest::post().uri("/v1/completions").set_json(serde_json::json!({"prompt": long}));
+    let (status, _, body) = call(Scripted::new(Script::Reply), None, req).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(json(&body)["error"]["code"], "request_too_large");
+}
+
+#[actix_web::test]
+async fn test_submit_refusals() {
+    let req = || test::TestRequest::post().uri("/v1/chat/completions").set_json(chat_body(true));
+    let (status, headers, body) = call(Scripted::new(Script::QueueFull), None, req()).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(headers.get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
+    assert_eq!(json(&body)["error"]["code"], "rate_limit_exceeded");
+    let (status, _, _) = call(Scripted::new(Script::Closed), None, req()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[actix_web::test]
+async fn test_unknown_routes_and_methods_are_json() {
+    let (status, _, body) = call(Scripted::new(Script::Reply), None, test::TestRequest::get().uri("/v2/nothing")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(json(&body)["error"]["message"], "no route for GET /v2/nothing");
+    let req = test::TestRequest::get().uri("/v1/chat/completions");
+    let (status, headers, body) = call(Scripted::new(Script::Reply), None, req).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(headers.get(header::ALLOW).and_then(|v| v.to_str().ok()), Some("POST"));
+    assert_eq!(json(&body)["error"]["code"], "method_not_allowed");
+}
+
+#[actix_web::test]
+async fn test_models_health_and_metrics() {
+    let (status, _, body) = call(Scripted::new(Script::Reply), None, test::TestRequest::get().uri("/v1/models")).await;
+    assert_eq!(status, StatusCode::OK);
+    let body = json(&body);
+    assert_eq!(body["object"], "list");
+    assert_eq!(body["data"][0]["id"], "tiny");
+    assert_eq!(body["data"][0]["object"], "model");
+    let req = test::TestRequest::get().uri("/v1/models/other");
+    assert_eq!(call(Scripted::new(Script::Reply), None, req).await.0, StatusCode::NOT_FOUND);
+
+    let (status, _, body) = call(Scripted::new(Script::Reply), None, test::TestRequest::get().uri("/health")).await;
+    assert_eq!((status, json(&body)), (StatusCode::OK, serde_json::json!({"status": "ok"})));
+    let loading = Scripted { ready: false, ..Scripted::new(Script::Reply) };
+    assert_eq!(call(loading, None, test::TestRequest::get().uri("/health")).await.0, StatusCode::SERVICE_UNAVAILABLE);
+
+    let (status, headers, body) =
+        call(Scripted::new(Script::Reply), None, test::TestRequest::get().uri("/metrics")).await;
+    assert_eq!(status, StatusCode::OK);
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    assert!(content_type.starts_with("text/plain; version=0.0.4"), "{content_type}");
+    assert_eq!(body, "tensorfold_requests_total 3\n");
+}
+
+#[actix_web::test]
+async fn test_api_key_guards_all_but_health() {
+    let key = Some("sekrit");
+    let models = || test::TestRequest::get().uri("/v1/models");
+    let (status, headers, body) = call(Scripted::new(Script::Reply), key, models()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(json(&body)["error"]["code"], "invalid_api_key");
+    assert!(headers.contains_key(header::WWW_AUTHENTICATE));
+    let wrong = models().insert_header((header::AUTHORIZATION, "Bearer sekrib"));
+    assert_eq!(call(Scripted::new(Script::Reply), key, wrong).await.0, StatusCode::UNAUTHORIZED);
+    let right = models().insert_header((header::AUTHORIZATION, "bearer sekrit"));
+    assert_eq!(call(Scripted::new(Script::Reply), key, right).await.0, StatusCode::OK);
+    let chat = test::TestRequest::post().uri("/v1/chat/completions").set_json(chat_body(false));
+    assert_eq!(call(Scripted::new(Script::Reply), key, chat).await.0, StatusCode::UNAUTHORIZED);
+    let health = test::TestRequest::get().uri("/health");
+    assert_eq!(call(Scripted::new(Script::Reply), key, health).await.0, StatusCode::OK);
+}
+
+#[actix_web::test]
+async fn test_dropped_stream_cancels_the_request() {
+    let backend = Scripted::new(Script::Hold);
+    let service = test::init_service(app(state(backend.clone(), None), BODY_LIMIT)).await;
+    let req = test::TestRequest::post().uri("/v1/chat/completions").set_json(chat_body(true)).to_request();
+    let response = test::call_service(&service, req).await;
+    let mut body = Box::pin(response.into_body());
+    let first = std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await;
+    assert!(first.is_some_and(|chunk| chunk.is_ok()), "the opening chunk");
+    let sender = backend.held.lock().expect("not poisoned").take().expect("the request was submitted");
+    assert!(!sender.is_closed());
+    drop(body);
+    assert!(sender.is_closed(), "a client gone must cancel the request");
+}
