@@ -187,6 +187,14 @@ impl Llama {
             + self.layers.iter().map(l).sum::<usize>()
     }
 
+    /// Upper bound of one round's activation bytes for `num_tokens` tokens over `num_lanes` lanes.
+    pub fn activation_bytes(&self, num_tokens: usize, num_lanes: usize) -> usize {
+        let c = &self.cfg;
+        let qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+        let per_token = 4 * c.hidden_size + qkv + c.num_heads * c.head_dim + 3 * c.intermediate_size;
+        4 * (num_tokens * per_token + num_lanes * (c.vocab_size + c.hidden_size))
+    }
+
     fn attention_block(&self, li: usize, x: &[f32], queries: &[(usize, &[u32])], pool: &mut KvPool) -> Vec<f32> {
         let (c, layer) = (&self.cfg, &self.layers[li]);
         let (t, d) = (queries.len(), c.head_dim);

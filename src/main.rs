@@ -6,13 +6,18 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use std::sync::Arc;
 use tensorfold::chat::{render_chat, ChatMessage};
 use tensorfold::generate::Sequence;
 use tensorfold::model::LoadedModel;
 use tensorfold::sampling::SamplingParams;
-use tensorfold_actors::stop::StopMatcher;
 use tensorfold::tokenizer::StreamDecoder;
+use tensorfold_actors::stop::StopMatcher;
+
+use tensorfold::server::ServeConfig;
+use tensorfold_actors::coordinator::Schedule;
 use tensorfold_actors::engine::Logits;
+use tensorfold_actors::runtime::{Runtime, RuntimeConfig};
 
 #[derive(Parser)]
 #[command(name = "tensorfold", version, about = "A streaming inference server for text and speech")]
@@ -29,6 +34,47 @@ enum Command {
     Bench(BenchArgs),
     /// Fetch the default model into the cache (if needed) and print its path.
     Fetch,
+    /// Serve the OpenAI-compatible HTTP API.
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on; 0 picks a free one.
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Most requests generating at once (lanes).
+    #[arg(long, default_value_t = 16)]
+    parallel: usize,
+    /// Most positions per request, prompt plus output; default: the model's, at most 4096.
+    #[arg(long)]
+    context: Option<usize>,
+    /// Require `Authorization: Bearer KEY` on every route but /health.
+    #[arg(long, env = "TF_API_KEY")]
+    api_key: Option<String>,
+    /// Most requests waiting for a lane before new ones get 429.
+    #[arg(long, default_value_t = 256)]
+    max_waiting: usize,
+    /// Largest accepted request body.
+    #[arg(long, default_value_t = 4 << 20)]
+    max_body_bytes: usize,
+    /// Positions per KV page.
+    #[arg(long, default_value_t = 16)]
+    page_tokens: usize,
+    /// KV pages to allocate; default: what --memory-limit leaves, or enough for every lane.
+    #[arg(long)]
+    kv_pages: Option<usize>,
+    /// Most tokens in one round's forward pass (prefill chunks share it).
+    #[arg(long, default_value_t = 512)]
+    round_tokens: usize,
+    /// Cap on weights, KV pages and activations together, in bytes.
+    #[arg(long, env = "TF_MEMORY_LIMIT")]
+    memory_limit: Option<usize>,
 }
 
 #[derive(Args)]
@@ -102,7 +148,10 @@ fn main() {
     let result = match cli.command {
         Command::Generate(args) => generate(args),
         Command::Bench(args) => bench(args),
-        Command::Fetch => tensorfold::fetch::default_model_path().map(|p| println!("{}", p.display())).map_err(Into::into),
+        Command::Serve(args) => serve(args),
+        Command::Fetch => {
+            tensorfold::fetch::default_model_path().map(|p| println!("{}", p.display())).map_err(Into::into)
+        }
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
@@ -207,6 +256,39 @@ fn generate(args: GenerateArgs) -> Result<()> {
         .or_else(|e| failed.take().map_or(Err(e), Err))
         .context("writing to stdout")?;
     Ok(())
+}
+
+fn serve(args: ServeArgs) -> Result<()> {
+    for (name, value) in
+        [("--parallel", args.parallel), ("--page-tokens", args.page_tokens), ("--round-tokens", args.round_tokens)]
+    {
+        if value == 0 {
+            bail!("{name} must be at least 1");
+        }
+    }
+    let model = load(&args.model)?;
+    let model_context = model.llama.config().max_position;
+    let context = args.context.unwrap_or(model_context.min(4096));
+    if context == 0 || context > model_context {
+        bail!("--context {context} must be between 1 and the model's context of {model_context}");
+    }
+    let LoadedModel { name, llama, tokenizer } = model;
+    let cfg = RuntimeConfig {
+        page_tokens: args.page_tokens,
+        kv_pages: args.kv_pages,
+        memory_limit: args.memory_limit,
+        schedule: Schedule { round_tokens: args.round_tokens, parallel: args.parallel, max_waiting: args.max_waiting },
+        context,
+        weight_bytes: llama.num_weight_bytes(),
+        activation_bytes: llama.activation_bytes(args.round_tokens, args.parallel),
+    };
+    let serve =
+        ServeConfig { host: args.host, port: args.port, max_body_bytes: args.max_body_bytes, api_key: args.api_key };
+    actix_web::rt::System::new().block_on(async move {
+        let runtime = Runtime::start(Box::new(llama), cfg).await?;
+        tensorfold::server::run(serve, runtime, Arc::new(tokenizer), name).await?;
+        Ok(())
+    })
 }
 
 fn bench(args: BenchArgs) -> Result<()> {

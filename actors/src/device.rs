@@ -7,10 +7,10 @@ use actix::prelude::*;
 
 use crate::ledger::{DevicePtr, DriverError, DriverTable, Ledger, LedgerError, LedgerSnapshot, MemoryKind};
 
-/// Alignment of every host allocation, wide enough for any SIMD load the kernels make.
-pub const HOST_ALIGN: usize = 64;
+/// Alignment of host allocations: the kernels load unaligned, and up to 16 lets large zeroed blocks map lazily.
+pub const HOST_ALIGN: usize = 16;
 
-/// The CPU backend's driver: the system allocator, zeroed and 64-byte aligned.
+/// The CPU backend's driver: the system allocator, zeroed and 16-byte aligned.
 pub struct CpuDriver;
 
 /// The driver for the CPU backend.
