@@ -1,4 +1,4 @@
-//! The tensorfold engine core: checkpoints, model families, tokenizer and sampling; no HTTP, no actix.
+//! The tensorfold engine core (checkpoints, model families, tokenizer, sampling) and, apart in `server`, the HTTP layer.
 
 pub mod chat;
 pub mod checkpoint;
