@@ -1,5 +1,6 @@
 //! Shared set-up for the integration tests: the default model, loaded once per test binary.
 
+pub mod server;
 use std::sync::OnceLock;
 
 use tensorfold::model::LoadedModel;

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Drives a running tensorfold server through the official `openai` package; exits non-zero on any failure.
+
+Run by tests/openai_client.rs: python tests/openai_client.py --base-url http://127.0.0.1:PORT/v1
+"""
+
+import argparse
+import sys
+
+import openai
+
+FRANCE = "What is the capital of France?"
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def chat_non_streaming(client, model):
+    response = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": FRANCE}], max_tokens=24, temperature=0
+    )
+    choice = response.choices[0]
+    check(choice.message.role == "assistant", f"role {choice.message.role!r}")
+    check("Paris" in (choice.message.content or ""), f"no Paris in {choice.message.content!r}")
+    check(choice.finish_reason in ("stop", "length"), f"finish_reason {choice.finish_reason!r}")
+    usage = response.usage
+    check(usage.total_tokens == usage.prompt_tokens + usage.completion_tokens, f"usage {usage}")
+    return choice.message.content, usage.completion_tokens
+
+
+def chat_streaming(client, model):
+    stream = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": FRANCE}],
+        max_tokens=24,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    text, roles, finish, usage = "", [], None, None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if choice.delta.role:
+                roles.append(choice.delta.role)
+            text += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+    check(roles[:1] == ["assistant"], f"roles {roles}")
+    check(finish in ("stop", "length"), f"finish_reason {finish!r}")
+    check(usage is not None, "no usage chunk with include_usage")
+    return text, usage.completion_tokens
+
+
+def completions(client, model):
+    kwargs = dict(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
+    plain = client.completions.create(**kwargs)
+    check(plain.choices[0].text, f"empty completion {plain}")
+    chunks = client.completions.create(stream=True, **kwargs)
+    streamed = "".join(chunk.choices[0].text for chunk in chunks if chunk.choices)
+    check(streamed == plain.choices[0].text, f"streamed {streamed!r} != plain {plain.choices[0].text!r}")
+
+
+def bad_request_surfaces(client, model):
+    try:
+        client.chat.completions.create(model=model, messages=[], max_tokens=4)
+    except openai.BadRequestError as error:
+        check(error.status_code == 400, f"status {error.status_code}")
+        return
+    raise AssertionError("empty messages did not raise openai.BadRequestError")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base-url", required=True, help="the server's /v1 URL")
+    parser.add_argument("--api-key", default="unused", help="sent as the Bearer token")
+    args = parser.parse_args()
+    client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key, timeout=300, max_retries=0)
+    models = client.models.list().data
+    check(models, "no models listed")
+    model = models[0].id
+
+    failures = 0
+    results = {}
+    for name, case in [
+        ("chat", chat_non_streaming),
+        ("chat_stream", chat_streaming),
+        ("completions", completions),
+        ("bad_request", bad_request_surfaces),
+    ]:
+        try:
+            results[name] = case(client, model)
+            print(f"ok   {name}")
+        except Exception as error:  # every failure is reported, then the exit status says it
+            failures += 1
+            print(f"FAIL {name}: {type(error).__name__}: {error}")
+    if "chat" in results and "chat_stream" in results and results["chat"] != results["chat_stream"]:
+        failures += 1
+        print(f"FAIL greedy chat streamed {results['chat_stream']!r} != plain {results['chat']!r}")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

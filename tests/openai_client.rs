@@ -1,0 +1,45 @@
+//! The official `openai` Python package against `tensorfold serve`: tests/openai_client.py must exit 0.
+
+// The in-process model loader in `common` is for the other test binaries.
+#[allow(dead_code)]
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::server::Server;
+
+/// `TF_TEST_PYTHON`, else `python3`; `None` (a skip) when it cannot import openai, unless `CI` is set.
+fn python_with_openai() -> Option<String> {
+    let python = std::env::var("TF_TEST_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let probe = Command::new(&python).args(["-c", "import openai"]).output();
+    let why = match probe {
+        Ok(output) if output.status.success() => return Some(python),
+        Ok(output) => String::from_utf8_lossy(&output.stderr).lines().last().unwrap_or_default().to_string(),
+        Err(error) => error.to_string(),
+    };
+    assert!(std::env::var_os("CI").is_none(), "CI is set but {python} cannot import openai: {why}");
+    println!("skipping: {python} cannot import openai ({why}); set TF_TEST_PYTHON to a Python that can");
+    None
+}
+
+#[test]
+fn test_official_openai_client_works() {
+    let Some(python) = python_with_openai() else { return };
+    let server = Server::start(&[]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py");
+    let output = Command::new(&python)
+        .arg(&script)
+        .args(["--base-url", &format!("{}/v1", server.base_url())])
+        .output()
+        .expect("running tests/openai_client.py");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "openai_client.py exited with {}:\n{stdout}\n{stderr}\nserver stderr:\n{}",
+        output.status,
+        server.stderr()
+    );
+    assert!(stdout.contains("ok   chat_stream"), "the script ran no streaming case:\n{stdout}");
+}

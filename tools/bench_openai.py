@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Throughput and time to first token of an OpenAI-compatible server under N concurrent streams (stdlib only).
+
+For each stream count it starts that many streaming chat completions at once and prints the mean decode
+tokens/s per stream, the total output tokens/s, and TTFT p50/p95.
+
+    python3 tools/bench_openai.py --base-url http://127.0.0.1:8000/v1 --streams 1,8,32 --max-tokens 128
+"""
+
+import argparse
+import http.client
+import json
+import statistics
+import sys
+import threading
+import time
+import urllib.parse
+
+DEFAULT_PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a message in a bottle."
+
+
+class Endpoint:
+    """Host, port and path prefix of a base URL such as http://127.0.0.1:8000/v1."""
+
+    def __init__(self, base_url, api_key=None):
+        url = urllib.parse.urlsplit(base_url)
+        if url.scheme != "http":
+            raise SystemExit(f"only http:// base URLs are supported, got {base_url}")
+        self.host, self.port = url.hostname, url.port or 80
+        self.prefix = url.path.rstrip("/")
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+
+    def connect(self, timeout=600):
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def get_json(self, path):
+        conn = self.connect()
+        conn.request("GET", self.prefix + path, headers=self.headers)
+        response = conn.getresponse()
+        body = response.read()
+        conn.close()
+        if response.status != 200:
+            raise RuntimeError(f"GET {path}: {response.status} {body[:500]!r}")
+        return json.loads(body)
+
+    def model(self):
+        return self.get_json("/models")["data"][0]["id"]
+
+
+def sse_events(response):
+    """Yields each `data:` payload of a text/event-stream response as it arrives."""
+    data = []
+    while True:
+        line = response.readline()
+        if not line:
+            break
+        line = line.decode("utf-8").rstrip("\r\n")
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip(" "))
+    if data:
+        yield "\n".join(data)
+
+
+def stream_chat(endpoint, body):
+    """One streaming chat completion: times of each content chunk, usage and finish_reason."""
+    conn = endpoint.connect()
+    start = time.perf_counter()
+    conn.request("POST", endpoint.prefix + "/chat/completions", json.dumps(body), endpoint.headers)
+    response = conn.getresponse()
+    if response.status != 200:
+        raise RuntimeError(f"status {response.status}: {response.read()[:500]!r}")
+    token_times, usage, finish = [], None, None
+    for data in sse_events(response):
+        if data == "[DONE]":
+            break
+        chunk = json.loads(data)
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices", []):
+            if choice.get("delta", {}).get("content"):
+                token_times.append(time.perf_counter() - start)
+            finish = choice.get("finish_reason") or finish
+    conn.close()
+    return {"token_times": token_times, "usage": usage, "finish_reason": finish}
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def run_streams(endpoint, model, num_streams, max_tokens, prompt):
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0.8,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    results, errors = [None] * num_streams, []
+    barrier = threading.Barrier(num_streams)
+
+    def worker(i):
+        barrier.wait()
+        try:
+            results[i] = stream_chat(endpoint, dict(body, seed=i))
+        except Exception as error:  # reported below with the stream count
+            errors.append(f"stream {i}: {error}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(num_streams)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    if errors:
+        raise RuntimeError(f"{len(errors)} of {num_streams} streams failed; first: {errors[0]}")
+
+    ttfts, decode_rates, total_tokens = [], [], 0
+    for result in results:
+        times = result["token_times"]
+        tokens = result["usage"]["completion_tokens"] if result["usage"] else len(times)
+        total_tokens += tokens
+        if times:
+            ttfts.append(times[0])
+        # Decode speed excludes the first token, whose time is prefill and queueing.
+        if len(times) >= 2 and times[-1] > times[0]:
+            decode_rates.append((tokens - 1) / (times[-1] - times[0]))
+    return {
+        "streams": num_streams,
+        "max_tokens": max_tokens,
+        "wall_s": wall,
+        "output_tokens": total_tokens,
+        "decode_tok_s_per_stream_mean": statistics.fmean(decode_rates) if decode_rates else float("nan"),
+        "total_output_tok_s": total_tokens / wall if wall > 0 else float("nan"),
+        "ttft_p50_s": percentile(ttfts, 50),
+        "ttft_p95_s": percentile(ttfts, 95),
+    }
+
+
+def parse_streams(values):
+    counts = []
+    for value in values or ["1"]:
+        counts.extend(int(part) for part in value.split(",") if part.strip())
+    if not counts or min(counts) < 1:
+        raise SystemExit("--streams needs positive counts")
+    return counts
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="the server's /v1 URL")
+    parser.add_argument("--streams", action="append", help="concurrent streams: repeatable or a comma list (1)")
+    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per stream (128)")
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="the user message")
+    parser.add_argument("--api-key", help="sent as the Bearer token")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = parser.parse_args()
+
+    endpoint = Endpoint(args.base_url, args.api_key)
+    model = endpoint.model()
+    rows = [run_streams(endpoint, model, n, args.max_tokens, args.prompt) for n in parse_streams(args.streams)]
+    if args.json:
+        json.dump({"base_url": args.base_url, "model": model, "results": rows}, sys.stdout, indent=2)
+        print()
+        return
+    print(f"model {model}, max_tokens {args.max_tokens}")
+    print(f"{'streams':>7} {'decode tok/s/stream':>20} {'total tok/s':>12} {'TTFT p50 s':>11} {'TTFT p95 s':>11}")
+    for row in rows:
+        print(
+            f"{row['streams']:>7} {row['decode_tok_s_per_stream_mean']:>20.1f} {row['total_output_tok_s']:>12.1f}"
+            f" {row['ttft_p50_s']:>11.3f} {row['ttft_p95_s']:>11.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
