@@ -1,6 +1,7 @@
 //! Batch-invariant compute kernels: a row never depends on the other rows of its call.
 
 pub mod attention;
+pub mod conv;
 pub mod matmul;
 pub mod ops;
 pub mod quant;
