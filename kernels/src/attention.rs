@@ -5,6 +5,7 @@ use std::ops::DerefMut;
 use rayon::prelude::*;
 
 use crate::ops::dot;
+use crate::simd::axpy;
 
 /// The shape of the KV pool: a page holds `page_tokens` positions of every layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,7 +110,7 @@ pub fn attend(pool: &KvPool, layer: usize, queries: &[Query], num_heads: usize, 
         o.fill(0.0);
         for (p, w) in probs.iter().enumerate() {
             let v = &pool.value(layer, query.pages, p)[kv..kv + d];
-            o.iter_mut().zip(v).for_each(|(o, v)| *o = (w / denom).mul_add(*v, *o));
+            axpy(w / denom, v, o);
         }
     });
 }

@@ -13,7 +13,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let n = weight.len();
     for (xr, or) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
-        let mean_sq = xr.iter().fold(0f32, |s, v| v.mul_add(*v, s)) / n as f32;
+        let mean_sq = dot(xr, xr) / n as f32;
         let inv = 1.0 / (mean_sq + eps).sqrt();
         for ((o, v), w) in or.iter_mut().zip(xr).zip(weight) {
             *o = w * (v * inv);

@@ -5,12 +5,14 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
-/// Whether the AVX2+FMA paths run on this machine.
+/// Whether the AVX2+FMA+F16C paths run on this machine.
 pub fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *DETECTED.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+        *DETECTED.get_or_init(|| {
+            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+        })
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
@@ -86,8 +88,16 @@ mod scalar {
 mod avx2 {
     use super::*;
 
+    /// Hardware f16 to f32; exact, so it equals the software conversion bit for bit.
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn f16c_at(b: &[u8], i: usize) -> f32 {
+        let bits = u16::from_le_bytes([b[i], b[i + 1]]);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn hsum(v: __m256) -> f32 {
         let lo = _mm256_castps256_ps128(v);
         let hi = _mm256_extractf128_ps(v, 1);
@@ -97,7 +107,7 @@ mod avx2 {
         _mm_cvtss_f32(s)
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn f32_dot<const R: usize>(w: &[f32], t: &Tile<R>, out: &mut [f32; R]) {
         let mut acc = [_mm256_setzero_ps(); R];
         let n = w.len() / 8 * 8;
@@ -115,7 +125,7 @@ mod avx2 {
     }
 
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn block_dot(q: [__m256; 4], x: *const f32) -> __m256 {
         let mut s = _mm256_mul_ps(q[0], _mm256_loadu_ps(x));
         s = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(x.add(8)), s);
@@ -123,23 +133,38 @@ mod avx2 {
         _mm256_fmadd_ps(q[3], _mm256_loadu_ps(x.add(24)), s)
     }
 
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+        let a = _mm256_set1_ps(alpha);
+        let n = x.len() / 8 * 8;
+        let mut k = 0;
+        while k < n {
+            let acc = _mm256_fmadd_ps(a, _mm256_loadu_ps(x.as_ptr().add(k)), _mm256_loadu_ps(y.as_ptr().add(k)));
+            _mm256_storeu_ps(y.as_mut_ptr().add(k), acc);
+            k += 8;
+        }
+        for i in n..x.len() {
+            y[i] = alpha.mul_add(x[i], y[i]);
+        }
+    }
+
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn i8x8(p: *const u8) -> __m256 {
         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i)))
     }
 
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn u8x8(v: __m128i) -> __m256 {
         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn q8_0_dot<const R: usize>(w: &[u8], t: &Tile<R>, out: &mut [f32; R]) {
         let mut acc = [_mm256_setzero_ps(); R];
         for (b, blk) in w.chunks_exact(34).enumerate() {
-            let d = _mm256_set1_ps(f16_at(blk, 0));
+            let d = _mm256_set1_ps(f16c_at(blk, 0));
             let p = blk.as_ptr().add(2);
             let q = [i8x8(p), i8x8(p.add(8)), i8x8(p.add(16)), i8x8(p.add(24))];
             for r in 0..R {
@@ -151,7 +176,7 @@ mod avx2 {
         }
     }
 
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn q4_dot<const R: usize>(w: &[u8], t: &Tile<R>, out: &mut [f32; R], with_min: bool) {
         let bytes = if with_min { 20 } else { 18 };
         let qs = if with_min { 4 } else { 2 };
@@ -159,8 +184,8 @@ mod avx2 {
         let mut acc = [_mm256_setzero_ps(); R];
         let mut mins = [0f32; R];
         for (b, blk) in w.chunks_exact(bytes).enumerate() {
-            let d = f16_at(blk, 0);
-            let offset = if with_min { f16_at(blk, 2) } else { -8.0 * d };
+            let d = f16c_at(blk, 0);
+            let offset = if with_min { f16c_at(blk, 2) } else { -8.0 * d };
             let raw = _mm_loadu_si128(blk.as_ptr().add(qs) as *const __m128i);
             let lo = _mm_and_si128(raw, mask);
             let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
@@ -185,6 +210,17 @@ pub fn f32_dot<const R: usize>(w: &[f32], t: &Tile<R>, out: &mut [f32; R]) {
         return unsafe { avx2::f32_dot(w, t, out) };
     }
     scalar::f32_dot(w, t, out)
+}
+
+/// `y += alpha * x`, fused where the CPU has FMA.
+pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), y.len(), "axpy: lengths differ");
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA; both slices have the same length.
+        return unsafe { avx2::axpy(alpha, x, y) };
+    }
+    y.iter_mut().zip(x).for_each(|(y, x)| *y += alpha * x);
 }
 
 /// Dot of each tile row with a row of Q8_0 blocks.
