@@ -3,6 +3,7 @@
 pub mod chat;
 pub mod checkpoint;
 pub mod config;
+pub mod drama;
 pub mod error;
 pub mod fetch;
 pub mod gguf;
