@@ -7,6 +7,8 @@ pub mod ops;
 pub mod quant;
 pub mod sampling;
 pub mod simd;
+#[cfg(target_arch = "x86_64")]
+pub mod simd512;
 pub mod weight;
 
 pub use quant::GgmlType;

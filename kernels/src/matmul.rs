@@ -36,10 +36,11 @@ pub fn matmul(x: &[f32], num_rows: usize, w: &Weight, out: &mut [f32]) {
     let num_tasks = n.div_ceil(ROWS_PER_TASK);
     (0..num_tasks).into_par_iter().for_each(|task| {
         let ptr = ptr;
-        for j in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(n) {
-            let mut m = 0;
-            while m < num_rows {
-                let take = (num_rows - m).min(TILE);
+        let mut m = 0;
+        // A tile of activations meets every weight row of the task while both sit in L1.
+        while m < num_rows {
+            let take = (num_rows - m).min(TILE);
+            for j in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(n) {
                 let mut res = [0f32; TILE];
                 match take {
                     4 => row_dot::<4>(w, j, &rows[m..], &sums[m..], &mut res),
@@ -51,8 +52,8 @@ pub fn matmul(x: &[f32], num_rows: usize, w: &Weight, out: &mut [f32]) {
                     // SAFETY: (m + r, j) is in bounds and written by this task alone.
                     unsafe { *ptr.0.add((m + r) * n + j) = *v };
                 }
-                m += take;
             }
+            m += take;
         }
     });
 }

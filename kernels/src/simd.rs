@@ -164,6 +164,7 @@ mod avx2 {
     pub unsafe fn q8_0_dot<const R: usize>(w: &[u8], t: &Tile<R>, out: &mut [f32; R]) {
         let mut acc = [_mm256_setzero_ps(); R];
         for (b, blk) in w.chunks_exact(34).enumerate() {
+            _mm_prefetch::<_MM_HINT_T0>(blk.as_ptr().wrapping_add(crate::simd512::PREFETCH_BYTES) as *const i8);
             let d = _mm256_set1_ps(f16c_at(blk, 0));
             let p = blk.as_ptr().add(2);
             let q = [i8x8(p), i8x8(p.add(8)), i8x8(p.add(16)), i8x8(p.add(24))];
@@ -184,6 +185,7 @@ mod avx2 {
         let mut acc = [_mm256_setzero_ps(); R];
         let mut mins = [0f32; R];
         for (b, blk) in w.chunks_exact(bytes).enumerate() {
+            _mm_prefetch::<_MM_HINT_T0>(blk.as_ptr().wrapping_add(crate::simd512::PREFETCH_BYTES) as *const i8);
             let d = f16c_at(blk, 0);
             let offset = if with_min { f16c_at(blk, 2) } else { -8.0 * d };
             let raw = _mm_loadu_si128(blk.as_ptr().add(qs) as *const __m128i);
@@ -226,6 +228,11 @@ pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
 /// Dot of each tile row with a row of Q8_0 blocks.
 pub fn q8_0_dot<const R: usize>(w: &[u8], t: &Tile<R>, out: &mut [f32; R]) {
     #[cfg(target_arch = "x86_64")]
+    if crate::simd512::has_avx512() {
+        // SAFETY: the CPU supports AVX-512F, FMA and F16C; each row holds 32 floats per block.
+        return unsafe { crate::simd512::q8_0_dot(w, t, out) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: as above; each row holds 32 floats per block.
         return unsafe { avx2::q8_0_dot(w, t, out) };
@@ -235,6 +242,11 @@ pub fn q8_0_dot<const R: usize>(w: &[u8], t: &Tile<R>, out: &mut [f32; R]) {
 
 /// Dot of each tile row with a row of Q4_0 (`with_min` false) or Q4_1 blocks.
 pub fn q4_dot<const R: usize>(w: &[u8], t: &Tile<R>, out: &mut [f32; R], with_min: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd512::has_avx512() {
+        // SAFETY: the CPU supports AVX-512F, FMA and F16C; block sums hold one value per block.
+        return unsafe { crate::simd512::q4_dot(w, t, out, with_min) };
+    }
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: as above; block sums hold one value per block.
