@@ -72,11 +72,15 @@ pub fn sample(logits: &[f32], params: &SamplingParams, history: &[u32], position
         return crate::ops::argmax(&logits) as u32;
     }
     let mut order: Vec<usize> = (0..logits.len()).collect();
-    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    let filtered = params.top_k > 0 || params.top_p < 1.0 || params.min_p > 0.0;
+    // Without filters the draw walks the vocabulary in id order; sorting it would only cost time.
+    if filtered {
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    }
     if params.top_k > 0 {
         order.truncate(params.top_k);
     }
-    let max = logits[order[0]] as f64;
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v)) as f64;
     let t = params.temperature as f64;
     let mut probs: Vec<f64> = order.iter().map(|&i| ((logits[i] as f64 - max) / t).exp()).collect();
     let total: f64 = probs.iter().sum();
