@@ -8,15 +8,15 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::sync::Arc;
 use tensorfold::chat::{render_chat, ChatMessage};
-use tensorfold::generate::Sequence;
+use tensorfold::generate::{Sequence, PAGE_TOKENS};
 use tensorfold::model::LoadedModel;
 use tensorfold::sampling::SamplingParams;
-use tensorfold::tokenizer::StreamDecoder;
-use tensorfold_actors::stop::StopMatcher;
 
+use tensorfold::server::validate::TokenizerDecoder;
 use tensorfold::server::ServeConfig;
 use tensorfold_actors::coordinator::Schedule;
 use tensorfold_actors::engine::Logits;
+use tensorfold_actors::request_types::{Event, ValidRequest};
 use tensorfold_actors::runtime::{Runtime, RuntimeConfig};
 
 #[derive(Parser)]
@@ -233,29 +233,41 @@ fn generate(args: GenerateArgs) -> Result<()> {
     if prompt.len() >= context {
         bail!("the prompt has {} tokens but the model's context is {context}", prompt.len());
     }
-    let mut seq = Sequence::new(&model.llama, (prompt.len() + args.max_tokens).min(context));
-    let mut decoder = StreamDecoder::new();
-    let mut stops = StopMatcher::new(args.stop);
-    let mut out = std::io::stdout().lock();
-    let mut write = |s: &str| out.write_all(s.as_bytes()).and_then(|()| out.flush());
-    let mut failed = None;
-    seq.generate(&prompt, args.max_tokens, &params, tok.eos_ids(), |id| {
-        let Some(piece) = decoder.push(tok, id) else { return true };
-        let released = stops.push(&piece);
-        if let Err(e) = write(&released.text) {
-            failed = Some(e);
-            return false;
+    let max_tokens = args.max_tokens.min(context - prompt.len());
+    let LoadedModel { llama, tokenizer, .. } = model;
+    let tokenizer = Arc::new(tokenizer);
+    let cfg = RuntimeConfig {
+        page_tokens: PAGE_TOKENS,
+        kv_pages: Some((prompt.len() + max_tokens).div_ceil(PAGE_TOKENS)),
+        memory_limit: None,
+        schedule: Schedule { round_tokens: 512, parallel: 1, max_waiting: 1 },
+        context,
+        weight_bytes: llama.num_weight_bytes(),
+        activation_bytes: llama.activation_bytes(512, 1),
+    };
+    let request = ValidRequest {
+        stop_ids: tokenizer.eos_ids().to_vec(),
+        prompt,
+        max_tokens,
+        sampling: params,
+        stop_strings: args.stop,
+        logprobs: None,
+        decoder: Box::new(TokenizerDecoder::new(tokenizer)),
+    };
+    // The CLI is one lane of the same rounds the server runs.
+    actix_web::rt::System::new().block_on(async move {
+        let runtime = Runtime::start(Box::new(llama), cfg).await?;
+        let mut events = runtime.submit(request).await?;
+        let mut out = std::io::stdout().lock();
+        while let Some(event) = events.recv().await {
+            match event {
+                Event::Token { text, .. } => out.write_all(text.as_bytes()).and_then(|()| out.flush())?,
+                Event::Done { .. } => break,
+                Event::Error { message } => bail!("generation failed: {message}"),
+            }
         }
-        !released.stopped
-    });
-    let rest = decoder.finish(tok).unwrap_or_default();
-    let released = stops.push(&rest);
-    let tail = if released.stopped { released.text } else { released.text + &stops.finish() };
-    write(&tail)
-        .and_then(|()| write("\n"))
-        .or_else(|e| failed.take().map_or(Err(e), Err))
-        .context("writing to stdout")?;
-    Ok(())
+        writeln!(out).context("writing to stdout")
+    })
 }
 
 fn serve(args: ServeArgs) -> Result<()> {

@@ -1,0 +1,56 @@
+//! The `tensorfold` command line end to end on the default model.
+
+use std::process::{Command, Output};
+
+fn tensorfold(args: &[&str]) -> Output {
+    let model = tensorfold::fetch::default_model_path().expect("fetching the default model");
+    Command::new(env!("CARGO_BIN_EXE_tensorfold"))
+        .arg(args[0])
+        .arg("--model")
+        .arg(model)
+        .args(&args[1..])
+        .output()
+        .expect("running tensorfold")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn test_generate_chat_answers_paris() {
+    let out = tensorfold(&["generate", "--chat", "--prompt", "What is the capital of France?", "--temperature", "0"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout(&out).contains("Paris"), "{}", stdout(&out));
+}
+
+#[test]
+fn test_seeded_generate_is_repeatable_and_stops_at_a_stop_string() {
+    let args = ["generate", "--prompt", "Once upon a time", "--max-tokens", "24", "--seed", "3"];
+    let (a, b) = (tensorfold(&args), tensorfold(&args));
+    assert!(a.status.success() && !stdout(&a).trim().is_empty());
+    assert_eq!(stdout(&a), stdout(&b));
+    let first_word = stdout(&a).split_whitespace().nth(1).expect("at least two words").to_string();
+    let stopped = tensorfold(&[&args[..], &["--stop", &first_word]].concat());
+    assert!(!stdout(&stopped).contains(&first_word), "{} / {first_word}", stdout(&stopped));
+    assert!(stdout(&a).starts_with(stdout(&stopped).trim_end_matches('\n')));
+}
+
+#[test]
+fn test_bad_input_is_a_message_and_a_nonzero_exit() {
+    let out = tensorfold(&["generate", "--prompt", "x", "--temperature=-1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("temperature must be >= 0"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("broken.gguf");
+    std::fs::write(&bad, b"GGUF\x03\x00\x00\x00truncated").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tensorfold"))
+        .args(["generate", "--prompt", "x", "--model"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("broken.gguf") && stderr.contains("truncated"), "{stderr}");
+}
