@@ -6,13 +6,13 @@ pub mod config;
 pub mod drama;
 pub mod error;
 pub mod fetch;
+pub mod generate;
 pub mod gguf;
 pub mod gguf_model;
 pub mod hf;
 pub mod llama;
-pub mod tokenizer;
-pub mod generate;
 pub mod model;
 pub mod server;
+pub mod tokenizer;
 
 pub use tensorfold_kernels::sampling;

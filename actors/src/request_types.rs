@@ -57,10 +57,19 @@ pub struct Usage {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// One generated token and the text it completed (text held back by stop strings comes later).
-    Token { id: u32, text: String, logprob: Option<TokenLogprob> },
-    Done { finish: FinishReason, usage: Usage },
+    Token {
+        id: u32,
+        text: String,
+        logprob: Option<TokenLogprob>,
+    },
+    Done {
+        finish: FinishReason,
+        usage: Usage,
+    },
     /// A failure after the stream started; the last event.
-    Error { message: String },
+    Error {
+        message: String,
+    },
 }
 
 /// Why a request was not admitted.
