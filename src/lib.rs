@@ -13,6 +13,7 @@ pub mod hf;
 pub mod llama;
 pub mod model;
 pub mod server;
+pub mod speech;
 pub mod tokenizer;
 
 pub use tensorfold_kernels::sampling;

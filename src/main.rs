@@ -14,10 +14,12 @@ use tensorfold::sampling::SamplingParams;
 
 use tensorfold::server::validate::TokenizerDecoder;
 use tensorfold::server::ServeConfig;
+use tensorfold::speech::{SpeechFrontEnd, MAX_INPUT_CHARS};
 use tensorfold_actors::coordinator::Schedule;
 use tensorfold_actors::engine::Logits;
-use tensorfold_actors::request_types::{Event, ValidRequest};
-use tensorfold_actors::runtime::{Runtime, RuntimeConfig};
+use tensorfold_actors::request_types::{Event, Output, ValidRequest};
+use tensorfold_actors::runtime::{ModelSpec, Runtime, RuntimeConfig};
+use tensorfold_audio::pcm::to_i16;
 
 #[derive(Parser)]
 #[command(name = "tensorfold", version, about = "A streaming inference server for text and speech")]
@@ -36,6 +38,27 @@ enum Command {
     Fetch,
     /// Serve the OpenAI-compatible HTTP API.
     Serve(ServeArgs),
+    /// Speak text with a speech model and write it to a WAV file.
+    Speak(SpeakArgs),
+}
+
+#[derive(Args)]
+struct SpeakArgs {
+    /// A Drama speech checkpoint: an Orpheus-layout Llama directory with its SNAC codec in DIR/snac.
+    #[arg(long, value_name = "DIR")]
+    speech_model: Option<PathBuf>,
+    /// The text to speak.
+    #[arg(long)]
+    text: String,
+    /// The voice; default: the checkpoint's default voice.
+    #[arg(long)]
+    voice: Option<String>,
+    /// Random seed; the same seed gives the same audio.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Where to write the 16-bit mono WAV file.
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
 }
 
 #[derive(Args)]
@@ -75,6 +98,9 @@ struct ServeArgs {
     /// Cap on weights, KV pages and activations together, in bytes.
     #[arg(long, env = "TF_MEMORY_LIMIT")]
     memory_limit: Option<usize>,
+    /// A Drama speech checkpoint (Orpheus layout, SNAC codec in DIR/snac) served at /v1/audio/speech.
+    #[arg(long, value_name = "DIR")]
+    speech_model: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -149,6 +175,7 @@ fn main() {
         Command::Generate(args) => generate(args),
         Command::Bench(args) => bench(args),
         Command::Serve(args) => serve(args),
+        Command::Speak(args) => speak(args),
         Command::Fetch => {
             tensorfold::fetch::default_model_path().map(|p| println!("{}", p.display())).map_err(Into::into)
         }
@@ -241,22 +268,27 @@ fn generate(args: GenerateArgs) -> Result<()> {
         kv_pages: Some((prompt.len() + max_tokens).div_ceil(PAGE_TOKENS)),
         memory_limit: None,
         schedule: Schedule { round_tokens: 512, parallel: 1, max_waiting: 1 },
-        context,
+    };
+    let model = ModelSpec {
         weight_bytes: llama.num_weight_bytes(),
         activation_bytes: llama.activation_bytes(512, 1),
+        engine: Box::new(llama),
+        codec: None,
+        context,
     };
     let request = ValidRequest {
+        model: 0,
         stop_ids: tokenizer.eos_ids().to_vec(),
         prompt,
         max_tokens,
         sampling: params,
         stop_strings: args.stop,
         logprobs: None,
-        decoder: Box::new(TokenizerDecoder::new(tokenizer)),
+        output: Output::Text(Box::new(TokenizerDecoder::new(tokenizer))),
     };
     // The CLI is one lane of the same rounds the server runs.
     actix_web::rt::System::new().block_on(async move {
-        let runtime = Runtime::start(Box::new(llama), cfg).await?;
+        let runtime = Runtime::start(vec![model], cfg).await?;
         let mut events = runtime.submit(request).await?;
         let mut out = std::io::stdout().lock();
         while let Some(event) = events.recv().await {
@@ -264,6 +296,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
                 Event::Token { text, .. } => out.write_all(text.as_bytes()).and_then(|()| out.flush())?,
                 Event::Done { .. } => break,
                 Event::Error { message } => bail!("generation failed: {message}"),
+                Event::Audio { .. } => bail!("the text model sent audio"),
             }
         }
         writeln!(out).context("writing to stdout")
@@ -290,17 +323,78 @@ fn serve(args: ServeArgs) -> Result<()> {
         kv_pages: args.kv_pages,
         memory_limit: args.memory_limit,
         schedule: Schedule { round_tokens: args.round_tokens, parallel: args.parallel, max_waiting: args.max_waiting },
-        context,
+    };
+    let mut models = vec![ModelSpec {
         weight_bytes: llama.num_weight_bytes(),
         activation_bytes: llama.activation_bytes(args.round_tokens, args.parallel),
+        engine: Box::new(llama),
+        codec: None,
+        context,
+    }];
+    let speech = match &args.speech_model {
+        Some(dir) => {
+            let (spec, front) = SpeechFrontEnd::open(dir, models.len(), args.round_tokens, args.parallel)
+                .with_context(|| format!("loading the speech model {}", dir.display()))?;
+            tracing::info!(dir = %dir.display(), voices = front.voices().names().join(","), "speech model loaded");
+            models.push(spec);
+            Some(Arc::new(front))
+        }
+        None => None,
     };
     let serve =
         ServeConfig { host: args.host, port: args.port, max_body_bytes: args.max_body_bytes, api_key: args.api_key };
     actix_web::rt::System::new().block_on(async move {
-        let runtime = Runtime::start(Box::new(llama), cfg).await?;
-        tensorfold::server::run(serve, runtime, Arc::new(tokenizer), name).await?;
+        let runtime = Runtime::start(models, cfg).await?;
+        tensorfold::server::run(serve, runtime, Arc::new(tokenizer), name, speech).await?;
         Ok(())
     })
+}
+
+fn speak(args: SpeakArgs) -> Result<()> {
+    let chars = args.text.chars().count();
+    if args.text.trim().is_empty() || chars > MAX_INPUT_CHARS {
+        bail!("--text must hold 1 to {MAX_INPUT_CHARS} characters, not {chars}");
+    }
+    let Some(dir) = args.speech_model else { bail!("no speech model: pass --speech-model DIR (a Drama checkpoint)") };
+    let (spec_model, front) =
+        SpeechFrontEnd::open(&dir, 0, 512, 1).with_context(|| format!("loading the speech model {}", dir.display()))?;
+    let voice = front.voices().check(args.voice.as_deref())?;
+    let request = front.request(&voice, &args.text, args.seed)?;
+    let cfg = RuntimeConfig {
+        page_tokens: PAGE_TOKENS,
+        kv_pages: Some((request.prompt.len() + request.max_tokens).div_ceil(PAGE_TOKENS)),
+        memory_limit: None,
+        schedule: Schedule { round_tokens: 512, parallel: 1, max_waiting: 1 },
+    };
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: front.sample_rate(),
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut wav =
+        hound::WavWriter::create(&args.output, spec).with_context(|| format!("creating {}", args.output.display()))?;
+    // Speech from the CLI is one lane of the same rounds the server runs.
+    let num_samples = actix_web::rt::System::new().block_on(async move {
+        let runtime = Runtime::start(vec![spec_model], cfg).await?;
+        let mut events = runtime.submit(request).await?;
+        let mut num_samples = 0;
+        while let Some(event) = events.recv().await {
+            match event {
+                Event::Audio { pcm } => {
+                    num_samples += pcm.len();
+                    pcm.iter().try_for_each(|s| wav.write_sample(to_i16(*s)))?;
+                }
+                Event::Done { .. } => return wav.finalize().map(|()| num_samples).map_err(Into::into),
+                Event::Error { message } => bail!("speaking failed: {message}"),
+                Event::Token { .. } => {}
+            }
+        }
+        bail!("the speech request ended early")
+    })?;
+    let seconds = num_samples as f64 / front.sample_rate() as f64;
+    eprintln!("wrote {} ({seconds:.2} s of audio)", args.output.display());
+    Ok(())
 }
 
 fn bench(args: BenchArgs) -> Result<()> {

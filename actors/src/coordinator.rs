@@ -6,10 +6,11 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tensorfold_kernels::sampling::SamplingParams;
 
+use crate::engine::{CodecJob, ModelId};
 use crate::kv::{Lease, PagePool};
 use crate::metrics::Metrics;
 use crate::request_types::{FinishReason, SubmitError, TokenLogprob};
-use crate::round::{PlannedLane, RoundOutput, RoundPlan, SampleSpec};
+use crate::round::{PlannedCodec, PlannedLane, RoundOutput, RoundPlan, SampleSpec};
 use crate::runner::EngineRunner;
 
 /// A token for a request actor; `finish` is set on its lane's last token.
@@ -28,6 +29,7 @@ pub struct LaneToken {
 #[rtype(result = "Result<(), SubmitError>")]
 pub struct Enqueue {
     pub lane_id: u64,
+    pub model: ModelId,
     pub prompt: Vec<u32>,
     pub max_tokens: usize,
     pub sampling: SamplingParams,
@@ -35,6 +37,21 @@ pub struct Enqueue {
     pub logprobs: Option<usize>,
     pub to: Recipient<LaneToken>,
 }
+
+/// A speech request's codec window, to decode in the next round.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Decode {
+    pub lane_id: u64,
+    pub model: ModelId,
+    pub job: CodecJob,
+    pub to: Recipient<LanePcm>,
+}
+
+/// The PCM of one decoded window, or why decoding failed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct LanePcm(pub Result<Vec<f32>, String>);
 
 /// The request is gone (finished, failed or its client left): drop its lane and lease now.
 #[derive(Message)]
@@ -70,18 +87,34 @@ impl Lane {
 
 pub struct Coordinator {
     runner: EngineRunner,
-    pages: PagePool,
+    /// One page pool per model.
+    pages: Vec<PagePool>,
     schedule: Schedule,
     waiting: VecDeque<Enqueue>,
     lanes: Vec<Lane>,
+    /// Codec windows waiting for the next round.
+    codec: VecDeque<Decode>,
+    /// Where the PCM of the round in flight goes, in plan order.
+    decoding: Vec<Recipient<LanePcm>>,
     in_flight: bool,
     metrics: Arc<Metrics>,
 }
 
 impl Coordinator {
-    pub fn new(runner: EngineRunner, pages: PagePool, schedule: Schedule, metrics: Arc<Metrics>) -> Coordinator {
-        metrics.set_kv_pages(0, pages.num_total());
-        Coordinator { runner, pages, schedule, waiting: VecDeque::new(), lanes: Vec::new(), in_flight: false, metrics }
+    pub fn new(runner: EngineRunner, pages: Vec<PagePool>, schedule: Schedule, metrics: Arc<Metrics>) -> Coordinator {
+        let coordinator = Coordinator {
+            runner,
+            pages,
+            schedule,
+            waiting: VecDeque::new(),
+            lanes: Vec::new(),
+            codec: VecDeque::new(),
+            decoding: Vec::new(),
+            in_flight: false,
+            metrics,
+        };
+        coordinator.publish();
+        coordinator
     }
 
     /// One round: admit, plan, run off-thread, apply, repeat while there is work.
@@ -92,7 +125,7 @@ impl Coordinator {
         self.admit();
         let plan = self.plan();
         self.publish();
-        if plan.lanes.is_empty() {
+        if plan.is_empty() {
             return;
         }
         self.in_flight = true;
@@ -110,7 +143,7 @@ impl Coordinator {
     fn admit(&mut self) {
         while self.lanes.len() < self.schedule.parallel {
             let Some(next) = self.waiting.front() else { break };
-            let Some(lease) = self.pages.admit(next.prompt.len() + next.max_tokens) else { break };
+            let Some(lease) = self.pages[next.model].admit(next.prompt.len() + next.max_tokens) else { break };
             let request = self.waiting.pop_front().expect("front exists");
             self.metrics.add_prompt(request.prompt.len());
             let tokens = request.prompt.clone();
@@ -145,12 +178,17 @@ impl Coordinator {
                 });
                 plan.lanes.push(PlannedLane {
                     lane_id: lane.request.lane_id,
+                    model: lane.request.model,
                     tokens: lane.tokens[start..end].to_vec(),
                     start_pos: start,
                     pages: lane.lease.pages().to_vec(),
                     sample,
                 });
             }
+        }
+        for decode in self.codec.drain(..) {
+            plan.codec.push(PlannedCodec { lane_id: decode.lane_id, model: decode.model, job: decode.job });
+            self.decoding.push(decode.to);
         }
         plan
     }
@@ -176,17 +214,23 @@ impl Coordinator {
                 self.lanes.swap_remove(i);
             }
         }
+        for ((_, pcm), to) in output.audio.into_iter().zip(self.decoding.drain(..)) {
+            to.do_send(LanePcm(pcm));
+        }
     }
 
     fn fail_all(&mut self, why: &str) {
         tracing::error!(why, lanes = self.lanes.len(), "failing every running lane");
         self.lanes.clear();
+        self.codec.clear();
+        self.decoding.clear();
     }
 
     fn publish(&self) {
         self.metrics.set_running(self.lanes.len());
         self.metrics.set_waiting(self.waiting.len());
-        self.metrics.set_kv_pages(self.pages.num_used(), self.pages.num_total());
+        let used = self.pages.iter().map(PagePool::num_used).sum();
+        self.metrics.set_kv_pages(used, self.pages.iter().map(PagePool::num_total).sum());
     }
 }
 
@@ -198,9 +242,10 @@ impl Handler<Enqueue> for Coordinator {
     type Result = Result<(), SubmitError>;
 
     fn handle(&mut self, msg: Enqueue, ctx: &mut Context<Self>) -> Self::Result {
-        let needed = self.pages.pages_for(msg.prompt.len() + msg.max_tokens);
-        if needed > self.pages.num_total() {
-            return Err(SubmitError::TooLarge { needed, total: self.pages.num_total() });
+        let pages = self.pages.get(msg.model).ok_or(SubmitError::NoModel(msg.model))?;
+        let needed = pages.pages_for(msg.prompt.len() + msg.max_tokens);
+        if needed > pages.num_total() {
+            return Err(SubmitError::TooLarge { needed, total: pages.num_total() });
         }
         if self.waiting.len() >= self.schedule.max_waiting {
             return Err(SubmitError::QueueFull(self.waiting.len()));
@@ -218,7 +263,17 @@ impl Handler<Release> for Coordinator {
     fn handle(&mut self, msg: Release, ctx: &mut Context<Self>) {
         self.waiting.retain(|r| r.lane_id != msg.lane_id);
         self.lanes.retain(|l| l.request.lane_id != msg.lane_id);
+        self.codec.retain(|d| d.lane_id != msg.lane_id);
         self.publish();
+        self.tick(ctx);
+    }
+}
+
+impl Handler<Decode> for Coordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: Decode, ctx: &mut Context<Self>) {
+        self.codec.push_back(msg);
         self.tick(ctx);
     }
 }

@@ -26,3 +26,24 @@ pub trait Engine: Send {
     /// Runs every lane in one batched pass; returns each lane's requested logits rows, concatenated.
     fn forward(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<Vec<f32>>;
 }
+
+/// Which of the runtime's models a lane runs on: its index in the list given to `Runtime::start`.
+pub type ModelId = usize;
+
+/// Frames of codec codes to turn into PCM: the window with its context, and the frames to keep.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodecJob {
+    /// Codes of every codebook for the window's frames, coarsest codebook first.
+    pub codes: Vec<Vec<u32>>,
+    /// Absolute index of the window's first frame in the request's audio.
+    pub first_frame: usize,
+    /// The frames whose samples are kept, relative to the window.
+    pub keep: std::ops::Range<usize>,
+}
+
+/// A speech model's codec: decodes frames into mono PCM on the engine thread, in the rounds.
+pub trait Codec: Send {
+    fn sample_rate(&self) -> u32;
+    /// Samples of `job.keep`; equal, bit for bit, to the same frames of a one-shot decode.
+    fn decode(&self, job: &CodecJob) -> Result<Vec<f32>, String>;
+}

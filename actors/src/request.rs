@@ -1,4 +1,4 @@
-//! The request actor: one per request; turns its lane's tokens into text events and stops with its client.
+//! The request actor: one per request; turns its lane's tokens into text or audio events and stops with its client.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -6,9 +6,10 @@ use std::time::Instant;
 use actix::prelude::*;
 use tokio::sync::mpsc;
 
-use crate::coordinator::{Coordinator, LaneToken, Release};
+use crate::coordinator::{Coordinator, Decode, LanePcm, LaneToken, Release};
+use crate::engine::{CodecJob, ModelId};
 use crate::metrics::Metrics;
-use crate::request_types::{Event, FinishReason, TextDecoder, Usage};
+use crate::request_types::{Event, FinishReason, FrameSink, Output, TextDecoder, Usage};
 use crate::stop::StopMatcher;
 
 /// Ends a request that was never admitted.
@@ -16,10 +17,22 @@ use crate::stop::StopMatcher;
 #[rtype(result = "()")]
 pub struct Abort;
 
+/// A speech request's codec state: its frames, and the windows sent but not yet decoded.
+struct Speech {
+    sink: Box<dyn FrameSink>,
+    pending: usize,
+    finish: Option<FinishReason>,
+}
+
+enum Tokens {
+    Text { decoder: Box<dyn TextDecoder>, stops: StopMatcher },
+    Speech(Speech),
+}
+
 pub struct RequestActor {
     lane_id: u64,
-    decoder: Box<dyn TextDecoder>,
-    stops: StopMatcher,
+    model: ModelId,
+    tokens: Tokens,
     events: mpsc::Sender<Event>,
     coordinator: Addr<Coordinator>,
     usage: Usage,
@@ -32,17 +45,22 @@ impl RequestActor {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         lane_id: u64,
+        model: ModelId,
         prompt_tokens: usize,
-        decoder: Box<dyn TextDecoder>,
+        output: Output,
         stop_strings: Vec<String>,
         events: mpsc::Sender<Event>,
         coordinator: Addr<Coordinator>,
         metrics: Arc<Metrics>,
     ) -> RequestActor {
+        let tokens = match output {
+            Output::Text(decoder) => Tokens::Text { decoder, stops: StopMatcher::new(stop_strings) },
+            Output::Speech(sink) => Tokens::Speech(Speech { sink, pending: 0, finish: None }),
+        };
         RequestActor {
             lane_id,
-            decoder,
-            stops: StopMatcher::new(stop_strings),
+            model,
+            tokens,
             events,
             coordinator,
             usage: Usage { prompt_tokens, completion_tokens: 0 },
@@ -62,6 +80,52 @@ impl RequestActor {
     fn finish(&mut self, finish: FinishReason, ctx: &mut Context<Self>) {
         self.send(Event::Done { finish, usage: self.usage }, ctx);
         ctx.stop();
+    }
+
+    fn decode(&mut self, job: Option<CodecJob>, ctx: &mut Context<Self>) {
+        let (Some(job), Tokens::Speech(speech)) = (job, &mut self.tokens) else { return };
+        speech.pending += 1;
+        let to = ctx.address().recipient();
+        self.coordinator.do_send(Decode { lane_id: self.lane_id, model: self.model, job, to });
+    }
+
+    /// Ends a speech request once generation is over and its last window is decoded.
+    fn finish_speech_if_done(&mut self, ctx: &mut Context<Self>) {
+        if let Tokens::Speech(Speech { pending: 0, finish: Some(finish), .. }) = self.tokens {
+            self.finish(finish, ctx);
+        }
+    }
+
+    fn text_token(&mut self, msg: LaneToken, ctx: &mut Context<Self>) {
+        let Tokens::Text { decoder, stops } = &mut self.tokens else { return };
+        let mut text = if msg.is_stop_token { String::new() } else { decoder.push(msg.id) };
+        if msg.finish.is_some() {
+            text.push_str(&decoder.finish());
+        }
+        let mut released = stops.push(&text);
+        if msg.finish.is_some() && !released.stopped {
+            released.text.push_str(&stops.finish());
+        }
+        self.send(Event::Token { id: msg.id, text: released.text, logprob: msg.logprob }, ctx);
+        if released.stopped {
+            self.finish(FinishReason::Stop, ctx);
+        } else if let Some(finish) = msg.finish {
+            self.finish(finish, ctx);
+        }
+    }
+
+    fn speech_token(&mut self, msg: LaneToken, ctx: &mut Context<Self>) {
+        let Tokens::Speech(speech) = &mut self.tokens else { return };
+        let mut job = if msg.is_stop_token { None } else { speech.sink.push(msg.id) };
+        if let Some(finish) = msg.finish {
+            speech.finish = Some(finish);
+            if let Some(last) = speech.sink.finish() {
+                self.decode(job.take(), ctx);
+                job = Some(last);
+            }
+        }
+        self.decode(job, ctx);
+        self.finish_speech_if_done(ctx);
     }
 
     fn observe_latency(&mut self) {
@@ -98,20 +162,28 @@ impl Handler<LaneToken> for RequestActor {
     fn handle(&mut self, msg: LaneToken, ctx: &mut Context<Self>) {
         self.observe_latency();
         self.usage.completion_tokens += 1;
-        let mut text = if msg.is_stop_token { String::new() } else { self.decoder.push(msg.id) };
-        if msg.finish.is_some() {
-            text.push_str(&self.decoder.finish());
+        match self.tokens {
+            Tokens::Text { .. } => self.text_token(msg, ctx),
+            Tokens::Speech(_) => self.speech_token(msg, ctx),
         }
-        let mut released = self.stops.push(&text);
-        if msg.finish.is_some() && !released.stopped {
-            released.text.push_str(&self.stops.finish());
+    }
+}
+
+impl Handler<LanePcm> for RequestActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: LanePcm, ctx: &mut Context<Self>) {
+        let Tokens::Speech(speech) = &mut self.tokens else { return };
+        speech.pending -= 1;
+        match msg.0 {
+            Ok(pcm) if pcm.is_empty() => {}
+            Ok(pcm) => self.send(Event::Audio { pcm }, ctx),
+            Err(message) => {
+                self.send(Event::Error { message: format!("decoding audio: {message}") }, ctx);
+                return ctx.stop();
+            }
         }
-        self.send(Event::Token { id: msg.id, text: released.text, logprob: msg.logprob }, ctx);
-        if released.stopped {
-            self.finish(FinishReason::Stop, ctx);
-        } else if let Some(finish) = msg.finish {
-            self.finish(finish, ctx);
-        }
+        self.finish_speech_if_done(ctx);
     }
 }
 

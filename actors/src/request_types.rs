@@ -2,6 +2,8 @@
 
 use tensorfold_kernels::sampling::SamplingParams;
 
+use crate::engine::{CodecJob, ModelId};
+
 /// Turns a lane's token ids into text as they arrive.
 pub trait TextDecoder: Send {
     /// Text completed by this token (may be empty while a character is incomplete).
@@ -10,8 +12,23 @@ pub trait TextDecoder: Send {
     fn finish(&mut self) -> String;
 }
 
+/// Turns a speech lane's tokens into codec jobs; owned by the request actor, so it dies with the request.
+pub trait FrameSink: Send {
+    /// Takes one generated token; returns a job when more audio can be decoded exactly.
+    fn push(&mut self, id: u32) -> Option<CodecJob>;
+    /// At the end of generation: the job for whatever audio is left.
+    fn finish(&mut self) -> Option<CodecJob>;
+}
+
+/// What a lane's tokens become.
+pub enum Output {
+    Text(Box<dyn TextDecoder>),
+    Speech(Box<dyn FrameSink>),
+}
+
 /// A request that passed validation; nothing downstream re-checks it.
 pub struct ValidRequest {
+    pub model: ModelId,
     pub prompt: Vec<u32>,
     pub max_tokens: usize,
     pub sampling: SamplingParams,
@@ -20,7 +37,7 @@ pub struct ValidRequest {
     pub stop_strings: Vec<String>,
     /// Log-probabilities: `None` off, `Some(n)` the chosen token's and the top n.
     pub logprobs: Option<usize>,
-    pub decoder: Box<dyn TextDecoder>,
+    pub output: Output,
 }
 
 /// Why a request ended; `as_str` is the API's `finish_reason`.
@@ -62,6 +79,10 @@ pub enum Event {
         text: String,
         logprob: Option<TokenLogprob>,
     },
+    /// Mono samples at the codec's rate, in order; a speech request's audio is the concatenation.
+    Audio {
+        pcm: Vec<f32>,
+    },
     Done {
         finish: FinishReason,
         usage: Usage,
@@ -79,6 +100,8 @@ pub enum SubmitError {
     QueueFull(usize),
     #[error("the request needs {needed} KV pages but the pool has {total}")]
     TooLarge { needed: usize, total: usize },
+    #[error("no model {0} is loaded")]
+    NoModel(ModelId),
     #[error("the runtime is shutting down")]
     Closed,
 }

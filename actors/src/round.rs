@@ -2,6 +2,7 @@
 
 use tensorfold_kernels::sampling::SamplingParams;
 
+use crate::engine::{CodecJob, ModelId};
 use crate::request_types::TokenLogprob;
 
 /// How to pick a lane's next token once its logits are computed.
@@ -19,6 +20,7 @@ pub struct SampleSpec {
 #[derive(Clone, Debug)]
 pub struct PlannedLane {
     pub lane_id: u64,
+    pub model: ModelId,
     pub tokens: Vec<u32>,
     pub start_pos: usize,
     pub pages: Vec<u32>,
@@ -29,9 +31,23 @@ pub struct PlannedLane {
 #[derive(Clone, Debug, Default)]
 pub struct RoundPlan {
     pub lanes: Vec<PlannedLane>,
+    /// Codec windows of speech lanes, decoded after the forward pass.
+    pub codec: Vec<PlannedCodec>,
+}
+
+/// A speech request's codec window, decoded by its model's codec.
+#[derive(Clone, Debug)]
+pub struct PlannedCodec {
+    pub lane_id: u64,
+    pub model: ModelId,
+    pub job: CodecJob,
 }
 
 impl RoundPlan {
+    pub fn is_empty(&self) -> bool {
+        self.lanes.is_empty() && self.codec.is_empty()
+    }
+
     pub fn num_tokens(&self) -> usize {
         self.lanes.iter().map(|l| l.tokens.len()).sum()
     }
@@ -48,4 +64,6 @@ pub struct Sampled {
 #[derive(Clone, Debug, Default)]
 pub struct RoundOutput {
     pub sampled: Vec<Sampled>,
+    /// PCM of each planned codec window, in plan order, or why it failed.
+    pub audio: Vec<(u64, Result<Vec<f32>, String>)>,
 }

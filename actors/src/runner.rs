@@ -6,7 +6,7 @@ use std::thread;
 use tensorfold_kernels::sampling::{log_softmax, sample};
 use tokio::sync::oneshot;
 
-use crate::engine::{Engine, KvPool, LaneStep, Logits};
+use crate::engine::{Codec, Engine, KvPool, LaneStep, Logits};
 use crate::request_types::TokenLogprob;
 use crate::round::{PlannedLane, RoundOutput, RoundPlan, Sampled};
 
@@ -15,17 +15,24 @@ struct Job {
     reply: oneshot::Sender<RoundOutput>,
 }
 
+/// One model as the engine thread holds it: the engine, its KV pool, and a codec for speech models.
+pub struct ModelSlot {
+    pub engine: Box<dyn Engine>,
+    pub pool: KvPool,
+    pub codec: Option<Box<dyn Codec>>,
+}
+
 /// A handle to the engine thread; dropping it ends the thread after the current round.
 pub struct EngineRunner {
     jobs: mpsc::Sender<Job>,
 }
 
 impl EngineRunner {
-    pub fn spawn(engine: Box<dyn Engine>, mut pool: KvPool) -> std::io::Result<EngineRunner> {
+    pub fn spawn(mut models: Vec<ModelSlot>) -> std::io::Result<EngineRunner> {
         let (jobs, inbox) = mpsc::channel::<Job>();
         thread::Builder::new().name("tensorfold-engine".into()).spawn(move || {
             for job in inbox {
-                let output = run_round(engine.as_ref(), &mut pool, &job.plan);
+                let output = run_round(&mut models, &job.plan);
                 // The coordinator may have stopped; then nobody wants the output.
                 let _ = job.reply.send(output);
             }
@@ -42,20 +49,38 @@ impl EngineRunner {
     }
 }
 
-fn run_round(engine: &dyn Engine, pool: &mut KvPool, plan: &RoundPlan) -> RoundOutput {
-    let steps: Vec<LaneStep> = plan
-        .lanes
+/// Each model's lanes in one batched forward pass, then the round's codec windows.
+fn run_round(models: &mut [ModelSlot], plan: &RoundPlan) -> RoundOutput {
+    let mut sampled = Vec::new();
+    for (m, slot) in models.iter_mut().enumerate() {
+        let lanes: Vec<&PlannedLane> = plan.lanes.iter().filter(|l| l.model == m).collect();
+        if lanes.is_empty() {
+            continue;
+        }
+        let steps: Vec<LaneStep> = lanes
+            .iter()
+            .map(|l| LaneStep {
+                tokens: &l.tokens,
+                start_pos: l.start_pos,
+                pages: &l.pages,
+                logits: if l.sample.is_some() { Logits::Last } else { Logits::None },
+            })
+            .collect();
+        let logits = slot.engine.forward(&mut slot.pool, &steps);
+        sampled.extend(lanes.iter().zip(&logits).filter_map(|(lane, logits)| draw(lane, logits)));
+    }
+    let audio = plan
+        .codec
         .iter()
-        .map(|l| LaneStep {
-            tokens: &l.tokens,
-            start_pos: l.start_pos,
-            pages: &l.pages,
-            logits: if l.sample.is_some() { Logits::Last } else { Logits::None },
+        .map(|c| {
+            let pcm = match models.get(c.model).and_then(|m| m.codec.as_ref()) {
+                Some(codec) => codec.decode(&c.job),
+                None => Err(format!("model {} has no codec", c.model)),
+            };
+            (c.lane_id, pcm)
         })
         .collect();
-    let logits = engine.forward(pool, &steps);
-    let sampled = plan.lanes.iter().zip(&logits).filter_map(|(lane, logits)| draw(lane, logits)).collect();
-    RoundOutput { sampled }
+    RoundOutput { sampled, audio }
 }
 
 fn draw(lane: &PlannedLane, logits: &[f32]) -> Option<Sampled> {

@@ -8,13 +8,13 @@ use tokio::sync::mpsc;
 
 use crate::coordinator::{Coordinator, Enqueue, Schedule};
 use crate::device::{cpu_driver, Adopt, Adoption, Allocate, DeviceActor, Snapshot};
-use crate::engine::{Engine, KvPool};
+use crate::engine::{Codec, Engine, KvPool, ModelId};
 use crate::kv::PagePool;
 use crate::ledger::{Ledger, LedgerError, MemoryKind};
 use crate::metrics::Metrics;
 use crate::request::{Abort, RequestActor};
 use crate::request_types::{Event, SubmitError, ValidRequest};
-use crate::runner::EngineRunner;
+use crate::runner::{EngineRunner, ModelSlot};
 
 /// Limits the HTTP layer validates against before submitting.
 #[derive(Clone, Copy, Debug)]
@@ -28,11 +28,19 @@ pub struct Limits {
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
     pub page_tokens: usize,
-    /// KV pages to allocate; by default what the memory limit leaves, or enough for every lane's context.
+    /// KV pages per model; by default each model's share of what the memory limit leaves, or enough for every lane.
     pub kv_pages: Option<usize>,
     /// Cap on device plus pinned host bytes.
     pub memory_limit: Option<usize>,
     pub schedule: Schedule,
+}
+
+/// One model the runtime serves; lanes name it by its index in the list.
+pub struct ModelSpec {
+    pub engine: Box<dyn Engine>,
+    /// A speech model's codec, run on its lanes' frames in the same rounds.
+    pub codec: Option<Box<dyn Codec>>,
+    /// Most positions one request may use.
     pub context: usize,
     /// Bytes the loaded weights hold, accounted under the cap.
     pub weight_bytes: usize,
@@ -55,7 +63,7 @@ pub enum StartError {
 /// A cheap, cloneable handle to the running runtime.
 #[derive(Clone)]
 pub struct Runtime {
-    limits: Limits,
+    limits: Arc<Vec<Limits>>,
     coordinator: Addr<Coordinator>,
     device: Addr<DeviceActor>,
     metrics: Arc<Metrics>,
@@ -65,58 +73,72 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Starts the device actor, allocates the KV pool through the ledger, and starts the coordinator.
-    pub async fn start(engine: Box<dyn Engine>, cfg: RuntimeConfig) -> Result<Runtime, StartError> {
+    /// Starts the device actor, allocates each model's KV pool through the ledger, and starts the coordinator.
+    pub async fn start(models: Vec<ModelSpec>, cfg: RuntimeConfig) -> Result<Runtime, StartError> {
         let device = DeviceActor::new(Ledger::new(cfg.memory_limit, cpu_driver())).start();
         let gone = |_| StartError::DeviceGone;
-        let weights =
-            device.send(Adopt { kind: MemoryKind::Weights, bytes: cfg.weight_bytes }).await.map_err(gone)??;
-        let activations =
-            device.send(Adopt { kind: MemoryKind::Activations, bytes: cfg.activation_bytes }).await.map_err(gone)??;
-        let layout = engine.kv_layout(cfg.page_tokens);
-        let page_bytes = layout.page_bytes();
-        let num_pages = match (cfg.kv_pages, cfg.memory_limit) {
-            (Some(n), _) => n,
-            (None, Some(cap)) => {
-                let room = cap.saturating_sub(cfg.weight_bytes + cfg.activation_bytes);
-                match room / page_bytes {
-                    0 => return Err(StartError::NoRoom { room, page_bytes }),
-                    n => n,
+        let mut held = Vec::new();
+        for m in &models {
+            held.push(device.send(Adopt { kind: MemoryKind::Weights, bytes: m.weight_bytes }).await.map_err(gone)??);
+            let bytes = m.activation_bytes;
+            held.push(device.send(Adopt { kind: MemoryKind::Activations, bytes }).await.map_err(gone)??);
+        }
+        let fixed: usize = models.iter().map(|m| m.weight_bytes + m.activation_bytes).sum();
+        let num_models = models.len().max(1);
+        let (mut slots, mut pages, mut limits) = (Vec::new(), Vec::new(), Vec::new());
+        for m in models {
+            let layout = m.engine.kv_layout(cfg.page_tokens);
+            let page_bytes = layout.page_bytes();
+            let num_pages = match (cfg.kv_pages, cfg.memory_limit) {
+                (Some(n), _) => n,
+                (None, Some(cap)) => {
+                    let room = cap.saturating_sub(fixed) / num_models;
+                    match room / page_bytes {
+                        0 => return Err(StartError::NoRoom { room, page_bytes }),
+                        n => n,
+                    }
                 }
-            }
-            (None, None) => (cfg.schedule.parallel * cfg.context.min(2048)).max(cfg.context).div_ceil(cfg.page_tokens),
-        };
-        let floats = num_pages * layout.page_floats();
-        let keys = device.send(Allocate { kind: MemoryKind::KvCache, bytes: floats * 4 }).await.map_err(gone)??;
-        let values = device.send(Allocate { kind: MemoryKind::KvCache, bytes: floats * 4 }).await.map_err(gone)??;
-        let pool = KvPool::with_storage(layout, num_pages, Box::new(keys), Box::new(values));
-        tracing::info!(
-            weight_bytes = cfg.weight_bytes,
-            activation_bytes = cfg.activation_bytes,
-            kv_pages = num_pages,
-            kv_bytes = num_pages * page_bytes,
-            kv_tokens = num_pages * cfg.page_tokens,
-            "memory"
-        );
-        let runner = EngineRunner::spawn(engine, pool)?;
+                (None, None) => (cfg.schedule.parallel * m.context.min(2048)).max(m.context).div_ceil(cfg.page_tokens),
+            };
+            let floats = num_pages * layout.page_floats();
+            let keys = device.send(Allocate { kind: MemoryKind::KvCache, bytes: floats * 4 }).await.map_err(gone)??;
+            let values =
+                device.send(Allocate { kind: MemoryKind::KvCache, bytes: floats * 4 }).await.map_err(gone)??;
+            let pool = KvPool::with_storage(layout, num_pages, Box::new(keys), Box::new(values));
+            tracing::info!(
+                model = slots.len(),
+                weight_bytes = m.weight_bytes,
+                activation_bytes = m.activation_bytes,
+                kv_pages = num_pages,
+                kv_bytes = num_pages * page_bytes,
+                kv_tokens = num_pages * cfg.page_tokens,
+                "memory"
+            );
+            slots.push(ModelSlot { engine: m.engine, pool, codec: m.codec });
+            pages.push((num_pages, cfg.page_tokens));
+            limits.push(Limits { context: m.context, max_waiting: cfg.schedule.max_waiting });
+        }
+        let runner = EngineRunner::spawn(slots)?;
         let metrics = Arc::new(Metrics::default());
-        let (schedule, page_tokens, m) = (cfg.schedule, cfg.page_tokens, metrics.clone());
+        let (schedule, m) = (cfg.schedule, metrics.clone());
         let arbiter = Arbiter::new();
         let coordinator = Coordinator::start_in_arbiter(&arbiter.handle(), move |_| {
-            Coordinator::new(runner, PagePool::new(num_pages, page_tokens), schedule, m)
+            let pools = pages.into_iter().map(|(n, t)| PagePool::new(n, t)).collect();
+            Coordinator::new(runner, pools, schedule, m)
         });
         Ok(Runtime {
-            limits: Limits { context: cfg.context, max_waiting: cfg.schedule.max_waiting },
+            limits: Arc::new(limits),
             coordinator,
             device,
             metrics,
             next_lane: Arc::new(AtomicU64::new(1)),
-            _held: Arc::new(vec![weights, activations]),
+            _held: Arc::new(held),
         })
     }
 
-    pub fn limits(&self) -> Limits {
-        self.limits
+    /// The limits of model `model`, or `None` if no such model is loaded.
+    pub fn limits(&self, model: ModelId) -> Option<Limits> {
+        self.limits.get(model).copied()
     }
 
     /// Queues a request; its events arrive on the receiver, and dropping the receiver cancels it.
@@ -125,8 +147,9 @@ impl Runtime {
         let (events, receiver) = mpsc::channel(request.max_tokens + 4);
         let actor = RequestActor::new(
             lane_id,
+            request.model,
             request.prompt.len(),
-            request.decoder,
+            request.output,
             request.stop_strings,
             events,
             self.coordinator.clone(),
@@ -135,6 +158,7 @@ impl Runtime {
         .start();
         let enqueue = Enqueue {
             lane_id,
+            model: request.model,
             prompt: request.prompt,
             max_tokens: request.max_tokens,
             sampling: request.sampling,

@@ -6,9 +6,9 @@ use tensorfold_kernels::sampling::SamplingParams;
 use tokio::sync::mpsc::Receiver;
 
 use crate::coordinator::Schedule;
-use crate::engine::{Engine, KvLayout, KvPool, LaneStep, Logits};
-use crate::request_types::{Event, FinishReason, SubmitError, TextDecoder, ValidRequest};
-use crate::runtime::{Runtime, RuntimeConfig};
+use crate::engine::{Codec, CodecJob, Engine, KvLayout, KvPool, LaneStep, Logits};
+use crate::request_types::{Event, FinishReason, FrameSink, Output, SubmitError, TextDecoder, ValidRequest};
+use crate::runtime::{ModelSpec, Runtime, RuntimeConfig};
 
 const VOCAB: usize = 64;
 
@@ -54,28 +54,23 @@ impl TextDecoder for Ids {
 
 async fn start(parallel: usize, max_waiting: usize, kv_pages: usize) -> Runtime {
     let schedule = Schedule { round_tokens: 8, parallel, max_waiting };
-    let cfg = RuntimeConfig {
-        page_tokens: 4,
-        kv_pages: Some(kv_pages),
-        memory_limit: None,
-        schedule,
-        context: 256,
-        weight_bytes: 0,
-        activation_bytes: 0,
-    };
-    Runtime::start(Box::new(FakeEngine), cfg).await.unwrap()
+    let cfg = RuntimeConfig { page_tokens: 4, kv_pages: Some(kv_pages), memory_limit: None, schedule };
+    let model =
+        ModelSpec { engine: Box::new(FakeEngine), codec: None, context: 256, weight_bytes: 0, activation_bytes: 0 };
+    Runtime::start(vec![model], cfg).await.unwrap()
 }
 
 fn request(i: u64) -> ValidRequest {
     let sampling = SamplingParams { temperature: if i % 2 == 0 { 0.0 } else { 1.0 }, seed: i, ..Default::default() };
     ValidRequest {
+        model: 0,
         prompt: (0..(3 + i as u32 * 5) % 29 + 1).map(|t| (t * 7 + i as u32) % VOCAB as u32).collect(),
         max_tokens: 8 + (i as usize % 5) * 3,
         sampling,
         stop_ids: vec![63],
         stop_strings: Vec::new(),
         logprobs: None,
-        decoder: Box::new(Ids),
+        output: Output::Text(Box::new(Ids)),
     }
 }
 
@@ -85,6 +80,7 @@ async fn collect(mut rx: Receiver<Event>) -> (String, Option<FinishReason>) {
         match event {
             Event::Token { text: t, .. } => text.push_str(&t),
             Event::Done { finish, .. } => return (text, Some(finish)),
+            Event::Audio { .. } => panic!("audio on a text lane"),
             Event::Error { message } => panic!("{message}"),
         }
     }
@@ -147,4 +143,122 @@ async fn test_full_queue_and_oversized_requests_are_refused() {
         refused |= matches!(rt.submit(request(6 + i)).await, Err(SubmitError::QueueFull(_)));
     }
     assert!(refused, "a second waiting request should be refused with max_waiting 1");
+}
+
+/// Every third token makes a window of one-token "frames".
+struct Frames {
+    ids: Vec<u32>,
+    sent: usize,
+}
+
+impl Frames {
+    fn window(&mut self) -> Option<CodecJob> {
+        let job = CodecJob { codes: vec![self.ids[self.sent..].to_vec()], first_frame: self.sent, keep: 0..0 };
+        self.sent = self.ids.len();
+        Some(CodecJob { keep: 0..job.codes[0].len(), ..job }).filter(|j| !j.keep.is_empty())
+    }
+}
+
+impl FrameSink for Frames {
+    fn push(&mut self, id: u32) -> Option<CodecJob> {
+        self.ids.push(id);
+        if self.ids.len() - self.sent < 3 {
+            return None;
+        }
+        self.window()
+    }
+    fn finish(&mut self) -> Option<CodecJob> {
+        self.window()
+    }
+}
+
+/// Samples that carry each frame's code and absolute index.
+struct FakeCodec;
+
+impl Codec for FakeCodec {
+    fn sample_rate(&self) -> u32 {
+        8000
+    }
+    fn decode(&self, job: &CodecJob) -> Result<Vec<f32>, String> {
+        let frames = job.keep.clone().map(|f| job.codes[0][f] as f32 + (job.first_frame + f) as f32 * 1000.0);
+        Ok(frames.collect())
+    }
+}
+
+async fn start_with_speech(parallel: usize) -> Runtime {
+    let schedule = Schedule { round_tokens: 8, parallel, max_waiting: 64 };
+    let cfg = RuntimeConfig { page_tokens: 4, kv_pages: Some(256), memory_limit: None, schedule };
+    let model = |codec: Option<Box<dyn Codec>>| ModelSpec {
+        engine: Box::new(FakeEngine),
+        codec,
+        context: 256,
+        weight_bytes: 0,
+        activation_bytes: 0,
+    };
+    Runtime::start(vec![model(None), model(Some(Box::new(FakeCodec)))], cfg).await.unwrap()
+}
+
+fn speech(i: u64) -> ValidRequest {
+    ValidRequest { model: 1, output: Output::Speech(Box::new(Frames { ids: Vec::new(), sent: 0 })), ..request(i) }
+}
+
+async fn collect_audio(mut rx: Receiver<Event>) -> (Vec<f32>, usize, Option<FinishReason>) {
+    let (mut pcm, mut chunks) = (Vec::new(), 0);
+    while let Some(event) = rx.recv().await {
+        match event {
+            Event::Audio { pcm: p } => {
+                pcm.extend(p);
+                chunks += 1;
+            }
+            Event::Done { finish, .. } => return (pcm, chunks, Some(finish)),
+            Event::Token { .. } => panic!("a text token on a speech lane"),
+            Event::Error { message } => panic!("{message}"),
+        }
+    }
+    (pcm, chunks, None)
+}
+
+#[actix::test]
+async fn test_speech_lanes_beside_text_lanes_equal_each_alone() {
+    let rt = start_with_speech(6).await;
+    let (mut solo_speech, mut solo_text) = (Vec::new(), Vec::new());
+    for i in 0..6 {
+        solo_speech.push(collect_audio(rt.submit(speech(i)).await.unwrap()).await);
+        solo_text.push(collect(rt.submit(request(i)).await.unwrap()).await);
+    }
+    let speech_rx: Vec<_> = futures_util::future::join_all((0..6).map(|i| rt.submit(speech(i)))).await;
+    let text_rx: Vec<_> = futures_util::future::join_all((0..6).map(|i| rt.submit(request(i)))).await;
+    let together_speech =
+        futures_util::future::join_all(speech_rx.into_iter().map(|r| collect_audio(r.unwrap()))).await;
+    let together_text = futures_util::future::join_all(text_rx.into_iter().map(|r| collect(r.unwrap()))).await;
+    assert_eq!(solo_speech, together_speech);
+    assert_eq!(solo_text, together_text);
+    for (pcm, chunks, finish) in &solo_speech {
+        assert!(finish.is_some() && *chunks >= 2, "{chunks} chunks");
+        let frames: Vec<usize> = pcm.iter().map(|s| (*s / 1000.0) as usize).collect();
+        assert_eq!(frames, (0..pcm.len()).collect::<Vec<_>>(), "every frame once, in order");
+    }
+    settle(&rt).await;
+}
+
+#[actix::test]
+async fn test_dropped_speech_streams_free_lanes_and_codec_windows() {
+    let rt = start_with_speech(4).await;
+    for i in 0..8 {
+        let mut rx = rt.submit(ValidRequest { max_tokens: 200, stop_ids: Vec::new(), ..speech(i) }).await.unwrap();
+        for _ in 0..i % 3 {
+            rx.recv().await.unwrap();
+        }
+        drop(rx);
+    }
+    settle(&rt).await;
+    assert!(rt.metrics().generated_tokens_total() < 8 * 200, "cancelled speech lanes kept decoding");
+    let (pcm, _, finish) = collect_audio(rt.submit(speech(3)).await.unwrap()).await;
+    assert!(!pcm.is_empty() && finish.is_some());
+}
+
+#[actix::test]
+async fn test_a_request_for_a_model_not_loaded_is_refused() {
+    let rt = start(1, 4, 16).await;
+    assert_eq!(rt.submit(speech(0)).await.err(), Some(SubmitError::NoModel(1)));
 }

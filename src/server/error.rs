@@ -76,7 +76,7 @@ impl ApiError {
             ApiError::Submit(SubmitError::TooLarge { .. }) => {
                 ("invalid_request_error", Some("context_length_exceeded"))
             }
-            ApiError::Submit(SubmitError::Closed) | ApiError::Unavailable(_) => {
+            ApiError::Submit(SubmitError::Closed | SubmitError::NoModel(_)) | ApiError::Unavailable(_) => {
                 ("server_error", Some("service_unavailable"))
             }
             ApiError::Internal(_) => ("server_error", None),
@@ -104,7 +104,9 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Submit(SubmitError::QueueFull(_)) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Submit(SubmitError::TooLarge { .. }) => StatusCode::BAD_REQUEST,
-            ApiError::Submit(SubmitError::Closed) | ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Submit(SubmitError::Closed | SubmitError::NoModel(_)) | ApiError::Unavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -4,6 +4,7 @@ pub mod error;
 pub mod openai;
 pub mod reply;
 pub mod routes;
+pub mod speech;
 pub mod sse;
 pub mod validate;
 
@@ -21,6 +22,7 @@ use tokio::sync::mpsc;
 pub use error::ApiError;
 pub use routes::{app, configure};
 
+use crate::speech::SpeechFrontEnd;
 use crate::tokenizer::Tokenizer;
 
 /// What the handlers need from the runtime; `Runtime` is the one real implementation.
@@ -32,9 +34,13 @@ pub trait Backend: Clone + 'static {
     fn metrics_text(&self) -> impl Future<Output = String>;
 }
 
+/// The runtime model that serves the text routes.
+pub const TEXT_MODEL: tensorfold_actors::engine::ModelId = 0;
+
 impl Backend for Runtime {
     fn limits(&self) -> Limits {
-        Runtime::limits(self)
+        // A runtime always holds the text model; without one every request would exceed a context of 0.
+        Runtime::limits(self, TEXT_MODEL).unwrap_or(Limits { context: 0, max_waiting: 0 })
     }
 
     fn submit(&self, request: ValidRequest) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>> {
@@ -61,11 +67,13 @@ pub struct AppState<B = Runtime> {
     pub api_key: Option<String>,
     /// Unix seconds, reported as the model's `created`.
     pub created: u64,
+    /// The speech model behind `/v1/audio/speech`, if one is loaded.
+    pub speech: Option<Arc<SpeechFrontEnd>>,
 }
 
 impl<B: Backend> AppState<B> {
     pub fn new(runtime: B, tokenizer: Arc<Tokenizer>, model_name: String, api_key: Option<String>) -> AppState<B> {
-        AppState { runtime, tokenizer, model_name, api_key, created: unix_now() }
+        AppState { runtime, tokenizer, model_name, api_key, created: unix_now(), speech: None }
     }
 }
 
@@ -99,8 +107,9 @@ pub async fn run(
     runtime: Runtime,
     tokenizer: Arc<Tokenizer>,
     model_name: String,
+    speech: Option<Arc<SpeechFrontEnd>>,
 ) -> std::io::Result<()> {
-    let state = AppState::new(runtime, tokenizer, model_name, config.api_key);
+    let state = AppState { speech, ..AppState::new(runtime, tokenizer, model_name, config.api_key) };
     let max_body_bytes = config.max_body_bytes;
     let server =
         HttpServer::new(move || app(state.clone(), max_body_bytes)).bind((config.host.as_str(), config.port))?;

@@ -83,10 +83,10 @@ pub struct CompletionRequest {
 }
 
 /// A JSON object whose known fields are taken one by one; the rest are ignored as OpenAI does.
-struct Fields(Map<String, Value>);
+pub(super) struct Fields(Map<String, Value>);
 
 impl Fields {
-    fn parse(body: &[u8]) -> Result<Fields, ApiError> {
+    pub(super) fn parse(body: &[u8]) -> Result<Fields, ApiError> {
         match serde_json::from_slice::<Value>(body) {
             Ok(Value::Object(map)) => Ok(Fields(map)),
             Ok(_) => Err(ApiError::invalid_body("the request body must be a JSON object")),
@@ -94,17 +94,17 @@ impl Fields {
         }
     }
 
-    fn take_value(&mut self, key: &str) -> Option<Value> {
+    pub(super) fn take_value(&mut self, key: &str) -> Option<Value> {
         self.0.remove(key).filter(|v| !v.is_null())
     }
 
-    fn take<T: DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>, ApiError> {
+    pub(super) fn take<T: DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>, ApiError> {
         self.take_value(key)
             .map(|v| serde_json::from_value(v).map_err(|e| ApiError::invalid(key, format!("'{key}': {e}"))))
             .transpose()
     }
 
-    fn required(&mut self, key: &str) -> Result<Value, ApiError> {
+    pub(super) fn required(&mut self, key: &str) -> Result<Value, ApiError> {
         self.take_value(key).ok_or_else(|| ApiError::invalid(key, format!("'{key}' is required")))
     }
 

@@ -149,6 +149,7 @@ impl Collector {
             }
             Some(Event::Done { finish, usage }) => Ok(Some(self.reply(finish, usage))),
             Some(Event::Error { message }) => Err(ApiError::Internal(message)),
+            Some(Event::Audio { .. }) => Err(ApiError::Internal("audio on a text request".into())),
             None => Err(ApiError::Internal(ENDED_EARLY.to_string())),
         }
     }

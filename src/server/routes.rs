@@ -17,7 +17,7 @@ use super::{unix_now, AppState, Backend};
 
 /// Request bodies larger than this get a 413.
 #[derive(Clone, Copy, Debug)]
-struct BodyLimit(usize);
+pub(super) struct BodyLimit(pub usize);
 
 /// The key requests must present, if any.
 struct RequiredKey(Option<String>);
@@ -57,6 +57,11 @@ pub fn configure<B: Backend>(cfg: &mut web::ServiceConfig) {
     .service(web::resource("/v1/models").route(web::get().to(list_models::<B>)).default_service(web::to(only("GET"))))
     .service(
         web::resource("/v1/models/{id:.+}").route(web::get().to(get_model::<B>)).default_service(web::to(only("GET"))),
+    )
+    .service(
+        web::resource("/v1/audio/speech")
+            .route(web::post().to(super::speech::speech::<B>))
+            .default_service(web::to(only("POST"))),
     )
     .service(web::resource("/health").route(web::get().to(health::<B>)).default_service(web::to(only("GET"))))
     .service(web::resource("/metrics").route(web::get().to(metrics::<B>)).default_service(web::to(only("GET"))));
@@ -103,7 +108,7 @@ fn same_key(given: &str, expected: &str) -> bool {
 }
 
 /// The body, refused with a 413 as soon as it is known to pass the limit.
-async fn read_body(req: &HttpRequest, mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {
+pub(super) async fn read_body(req: &HttpRequest, mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {
     let declared =
         req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > limit) {

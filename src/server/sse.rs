@@ -85,6 +85,7 @@ impl ChunkWriter {
             Some(Event::Token { id, text, logprob }) => (self.token(id, text, logprob.as_ref()), false),
             Some(Event::Done { finish, usage }) => (self.done(finish, usage), true),
             Some(Event::Error { message }) => (error_frame(&message) + DONE, true),
+            Some(Event::Audio { .. }) => (error_frame("audio on a text request") + DONE, true),
             None => (error_frame(ENDED_EARLY) + DONE, true),
         }
     }

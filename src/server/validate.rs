@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use tensorfold_actors::request_types::{TextDecoder, ValidRequest};
+use tensorfold_actors::request_types::{Output, TextDecoder, ValidRequest};
 
 use super::error::ApiError;
 use super::openai::{ChatCompletionRequest, CommonParams, CompletionRequest, Prompt};
@@ -148,13 +148,14 @@ fn build(
     let include_usage = common.stream_options.is_some_and(|o| o.include_usage);
     let reply = ReplyOptions { stream: common.stream, include_usage, logprobs: logprobs.is_some() };
     let request = ValidRequest {
+        model: super::TEXT_MODEL,
         prompt,
         max_tokens,
         sampling,
         stop_ids: tokenizer.eos_ids().to_vec(),
         stop_strings,
         logprobs,
-        decoder: Box::new(TokenizerDecoder::new(Arc::clone(tokenizer))),
+        output: Output::Text(Box::new(TokenizerDecoder::new(Arc::clone(tokenizer)))),
     };
     Ok(Validated { request, reply })
 }

@@ -103,10 +103,25 @@ impl SnacDecoder {
         let end = frames.end.saturating_add(context_frames).min(num_frames);
         let per_frame = self.codes_per_frame();
         let window: Codes = std::array::from_fn(|i| &codes[i][first * per_frame[i]..end * per_frame[i]]);
-        let mut pcm = self.decode_frames(window, first, end - first, noise);
+        self.decode_span(window, first, frames.start - first..frames.end - first, noise)
+    }
+
+    /// PCM for frames `keep` of a window of codes whose first frame is frame `first_frame` of the audio.
+    pub fn decode_span(
+        &self,
+        window: Codes,
+        first_frame: usize,
+        keep: Range<usize>,
+        noise: Option<u64>,
+    ) -> Result<Vec<f32>, CodecError> {
+        let num_frames = self.check(window)?;
+        if keep.start > keep.end || keep.end > num_frames {
+            return Err(CodecError::Frames(format!("{keep:?} is not within the {num_frames} frames of the window")));
+        }
+        let mut pcm = self.decode_frames(window, first_frame, num_frames, noise);
         let hop = self.hop_length();
-        pcm.truncate((frames.end - first) * hop);
-        pcm.drain(..(frames.start - first) * hop);
+        pcm.truncate(keep.end * hop);
+        pcm.drain(..keep.start * hop);
         Ok(pcm)
     }
 

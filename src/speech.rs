@@ -1,0 +1,102 @@
+//! Speech requests for the runtime: a Drama checkpoint split into its model lane and the front end that builds requests.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tensorfold_actors::engine::ModelId;
+use tensorfold_actors::request_types::{Output, ValidRequest};
+use tensorfold_actors::runtime::ModelSpec;
+use tensorfold_audio::snac::NUM_CODEBOOKS;
+
+use crate::drama::stream::{DramaFrames, SnacCodec};
+use crate::drama::{orpheus_sampling, DramaError, DramaLayout, DramaModel, Voice, Voices, ORPHEUS_MAX_TOKENS};
+use crate::tokenizer::Tokenizer;
+
+/// Most characters of input text one speech request may carry.
+pub const MAX_INPUT_CHARS: usize = 4096;
+
+/// Everything of a loaded Drama checkpoint but its weights: what turns text into a speech lane.
+pub struct SpeechFrontEnd {
+    /// The runtime model that runs this checkpoint's lanes.
+    pub model: ModelId,
+    pub name: String,
+    tokenizer: Tokenizer,
+    layout: DramaLayout,
+    voices: Voices,
+    sample_rate: u32,
+    codes_per_frame: [usize; NUM_CODEBOOKS],
+    context_frames: usize,
+    context: usize,
+}
+
+impl SpeechFrontEnd {
+    /// Opens the Drama checkpoint in `dir`; the model spec goes to the runtime as model `model`.
+    pub fn open(
+        dir: &Path,
+        model: ModelId,
+        round_tokens: usize,
+        parallel: usize,
+    ) -> Result<(ModelSpec, Self), DramaError> {
+        let drama = DramaModel::open(dir)?;
+        let name = dir.file_name().map_or_else(|| "drama".into(), |n| n.to_string_lossy().into_owned());
+        Ok(SpeechFrontEnd::split(drama, name, model, round_tokens, parallel))
+    }
+
+    pub fn split(
+        drama: DramaModel,
+        name: String,
+        model: ModelId,
+        round_tokens: usize,
+        parallel: usize,
+    ) -> (ModelSpec, Self) {
+        let DramaModel { llama, tokenizer, layout, voices, codec } = drama;
+        let context = llama.config().max_position;
+        let front = SpeechFrontEnd {
+            model,
+            name,
+            tokenizer,
+            layout,
+            voices,
+            sample_rate: codec.sample_rate(),
+            codes_per_frame: codec.codes_per_frame(),
+            context_frames: codec.context_frames(),
+            context,
+        };
+        let spec = ModelSpec {
+            weight_bytes: llama.num_weight_bytes(),
+            activation_bytes: llama.activation_bytes(round_tokens, parallel),
+            engine: Box::new(llama),
+            codec: Some(Box::new(SnacCodec(Arc::new(codec)))),
+            context,
+        };
+        (spec, front)
+    }
+
+    pub fn voices(&self) -> &Voices {
+        &self.voices
+    }
+
+    pub fn sample_rate(&self) -> u32 {
+        self.sample_rate
+    }
+
+    /// The lane for `text` in `voice`: the Orpheus prompt and sampling, and as many tokens as the context leaves.
+    pub fn request(&self, voice: &Voice, text: &str, seed: u64) -> Result<ValidRequest, DramaError> {
+        let prompt = self.layout.build_prompt(&self.tokenizer, voice, text)?;
+        if prompt.len() >= self.context {
+            let max_position = self.context;
+            return Err(DramaError::TooLong { prompt_tokens: prompt.len(), max_tokens: 1, max_position });
+        }
+        let frames = DramaFrames::with_context(&self.layout, self.codes_per_frame, self.context_frames);
+        Ok(ValidRequest {
+            model: self.model,
+            max_tokens: ORPHEUS_MAX_TOKENS.min(self.context - prompt.len()),
+            prompt,
+            sampling: orpheus_sampling(seed),
+            stop_ids: self.layout.stop_ids().to_vec(),
+            stop_strings: Vec::new(),
+            logprobs: None,
+            output: Output::Speech(Box::new(frames)),
+        })
+    }
+}
