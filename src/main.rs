@@ -1,7 +1,7 @@
 //! The `tensorfold` command line.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -186,6 +186,17 @@ fn main() {
     }
 }
 
+fn model_path(args: &ModelArgs) -> Result<PathBuf> {
+    match &args.model {
+        Some(p) => Ok(p.clone()),
+        None => Ok(tensorfold::fetch::default_model_path()?),
+    }
+}
+
+fn same_path(a: &Path, b: &Path) -> bool {
+    matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b)
+}
+
 fn load(args: &ModelArgs) -> Result<LoadedModel> {
     if let Some(n) = args.threads {
         if n == 0 {
@@ -193,10 +204,7 @@ fn load(args: &ModelArgs) -> Result<LoadedModel> {
         }
         rayon::ThreadPoolBuilder::new().num_threads(n).build_global().context("starting the compute threads")?;
     }
-    let path = match &args.model {
-        Some(p) => p.clone(),
-        None => tensorfold::fetch::default_model_path()?,
-    };
+    let path = model_path(args)?;
     let started = Instant::now();
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(0);
@@ -318,6 +326,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         bail!("--context {context} must be between 1 and the model's context of {model_context}");
     }
     let LoadedModel { name, llama, tokenizer } = model;
+    let text_path = model_path(&args.model)?;
     let cfg = RuntimeConfig {
         page_tokens: args.page_tokens,
         kv_pages: args.kv_pages,
@@ -333,10 +342,16 @@ fn serve(args: ServeArgs) -> Result<()> {
     }];
     let speech = match &args.speech_model {
         Some(dir) => {
-            let (spec, front) = SpeechFrontEnd::open(dir, models.len(), args.round_tokens, args.parallel)
+            let (spec, mut front) = SpeechFrontEnd::open(dir, models.len(), args.round_tokens, args.parallel)
                 .with_context(|| format!("loading the speech model {}", dir.display()))?;
             tracing::info!(dir = %dir.display(), voices = front.voices().names().join(","), "speech model loaded");
-            models.push(spec);
+            if same_path(dir, &text_path) {
+                // One checkpoint for both: speech and text lanes share every batched forward.
+                models[0].codec = spec.codec;
+                front.model = 0;
+            } else {
+                models.push(spec);
+            }
             Some(Arc::new(front))
         }
         None => None,

@@ -10,6 +10,7 @@ use tensorfold::generate::PAGE_TOKENS;
 use tensorfold::sampling::SamplingParams;
 use tensorfold::server::validate::TokenizerDecoder;
 use tensorfold::speech::SpeechFrontEnd;
+use tensorfold::tokenizer::Tokenizer;
 use tensorfold_actors::coordinator::Schedule;
 use tensorfold_actors::request_types::{Event, Output, ValidRequest};
 use tensorfold_actors::runtime::{ModelSpec, Runtime, RuntimeConfig};
@@ -26,17 +27,22 @@ fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/drama")
 }
 
-/// A runtime with the checkpoint as text model 0 (when `with_text`) and as speech model; the front end for speech.
-async fn start(
-    with_text: bool,
-    parallel: usize,
-) -> (Runtime, SpeechFrontEnd, Option<Arc<tensorfold::tokenizer::Tokenizer>>) {
+/// How text lanes run beside speech lanes.
+#[derive(Clone, Copy, Debug)]
+enum Text {
+    None,
+    /// On the speech model itself: text and speech tokens share every batched forward.
+    SameModel,
+    /// On a second copy of the checkpoint: the round runs one forward per model.
+    OtherModel,
+}
+
+/// A runtime serving the checkpoint's speech, and text as `text` says; the speech front end; the text lanes' model.
+async fn start(text: Text, parallel: usize) -> (Runtime, SpeechFrontEnd, usize) {
     let mut models = Vec::new();
-    let mut text_tokenizer = None;
-    if with_text {
+    if let Text::OtherModel = text {
         let loaded = tensorfold::model::load(&dir(), &mut |_, _| {}).unwrap();
         let context = loaded.llama.config().max_position;
-        text_tokenizer = Some(Arc::new(loaded.tokenizer));
         models.push(ModelSpec {
             weight_bytes: loaded.llama.num_weight_bytes(),
             activation_bytes: 0,
@@ -46,10 +52,18 @@ async fn start(
         });
     }
     let (spec, front) = SpeechFrontEnd::open(&dir(), models.len(), 64, parallel).unwrap();
+    let text_model = match text {
+        Text::OtherModel => 0,
+        Text::None | Text::SameModel => front.model,
+    };
     models.push(spec);
     let schedule = Schedule { round_tokens: 64, parallel, max_waiting: 64 };
     let cfg = RuntimeConfig { page_tokens: PAGE_TOKENS, kv_pages: Some(256), memory_limit: None, schedule };
-    (Runtime::start(models, cfg).await.unwrap(), front, text_tokenizer)
+    (Runtime::start(models, cfg).await.unwrap(), front, text_model)
+}
+
+fn tokenizer() -> Arc<Tokenizer> {
+    Arc::new(Tokenizer::from_hf_dir(&dir()).unwrap())
 }
 
 fn speech(front: &SpeechFrontEnd, i: usize, sampling: SamplingParams) -> ValidRequest {
@@ -59,10 +73,10 @@ fn speech(front: &SpeechFrontEnd, i: usize, sampling: SamplingParams) -> ValidRe
     ValidRequest { max_tokens: MAX_TOKENS, sampling, ..request }
 }
 
-fn chat(tokenizer: &Arc<tensorfold::tokenizer::Tokenizer>, i: usize) -> ValidRequest {
+fn chat(tokenizer: &Arc<Tokenizer>, model: usize, i: usize) -> ValidRequest {
     let prompt = tokenizer.encode(&format!("A short story number {i} about"), true).unwrap();
     ValidRequest {
-        model: 0,
+        model,
         prompt,
         max_tokens: 24 + i * 5,
         sampling: SamplingParams { temperature: 0.9, seed: i as u64, ..Default::default() },
@@ -92,7 +106,7 @@ async fn drain(mut rx: Receiver<Event>) -> (Vec<u32>, usize, String) {
 
 #[actix::test]
 async fn test_rounds_speak_what_one_lane_alone_speaks() {
-    let (rt, front, _) = start(false, 4).await;
+    let (rt, front, _) = start(Text::None, 4).await;
     let drama = DramaModel::open(&dir()).unwrap();
     let mut streamed_in_pieces = false;
     for i in 0..TEXTS.len() {
@@ -107,26 +121,35 @@ async fn test_rounds_speak_what_one_lane_alone_speaks() {
     assert!(streamed_in_pieces, "no request's audio arrived in more than one piece");
 }
 
-#[actix::test]
-async fn test_speech_beside_text_and_speech_equals_speech_alone() {
-    let (rt, front, tokenizer) = start(true, 8).await;
-    let tokenizer = tokenizer.unwrap();
+async fn check_speech_beside_text_and_speech(text: Text) {
+    let (rt, front, text_model) = start(text, 8).await;
+    let tokenizer = tokenizer();
     let sampling = |i: usize| SamplingParams { seed: 100 + i as u64, ..orpheus_sampling(0) };
     let mut solo_speech = Vec::new();
     let mut solo_text = Vec::new();
     for i in 0..4 {
         solo_speech.push(drain(rt.submit(speech(&front, i, sampling(i))).await.unwrap()).await.0);
-        solo_text.push(drain(rt.submit(chat(&tokenizer, i)).await.unwrap()).await.2);
+        solo_text.push(drain(rt.submit(chat(&tokenizer, text_model, i)).await.unwrap()).await.2);
     }
     let mut receivers = Vec::new();
     for i in 0..4 {
-        receivers.push(rt.submit(chat(&tokenizer, i)).await.unwrap());
+        receivers.push(rt.submit(chat(&tokenizer, text_model, i)).await.unwrap());
         receivers.push(rt.submit(speech(&front, i, sampling(i))).await.unwrap());
     }
     let together = join_all(receivers.into_iter().map(drain)).await;
     for i in 0..4 {
-        assert_eq!(together[2 * i].2, solo_text[i], "chat {i} changed beside speech");
-        assert!(!solo_speech[i].is_empty(), "speech {i} made no audio");
-        assert!(together[2 * i + 1].0 == solo_speech[i], "speech {i} changed beside other lanes");
+        assert!(!solo_text[i].is_empty() && !solo_speech[i].is_empty(), "{text:?}: lane {i} made nothing");
+        assert_eq!(together[2 * i].2, solo_text[i], "{text:?}: chat {i} changed beside speech");
+        assert!(together[2 * i + 1].0 == solo_speech[i], "{text:?}: speech {i} changed beside other lanes");
     }
+}
+
+#[actix::test]
+async fn test_speech_and_text_sharing_one_forward_equal_each_alone() {
+    check_speech_beside_text_and_speech(Text::SameModel).await;
+}
+
+#[actix::test]
+async fn test_speech_and_text_on_two_models_equal_each_alone() {
+    check_speech_beside_text_and_speech(Text::OtherModel).await;
 }
