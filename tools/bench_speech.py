@@ -1,0 +1,340 @@
+#!/usr/bin/env python3
+"""Speech streaming under load: time to first audio, real-time factor and audio throughput at N streams (stdlib only).
+
+For each N in --streams it starts N streaming /v1/audio/speech requests at once (response_format pcm, 16-bit LE
+mono, distinct seeds, a fixed set of sentences) and measures per stream:
+
+    ttfa_s    time to first audio byte, from sending the request
+    wall_s    from sending the request to the last byte
+    audio_s   audio received: bytes / 2 / the x-sample-rate header
+    rtf       real-time factor = wall_s / audio_s (wall seconds spent streaming per second of audio
+              produced, first-byte wait included); below 1 means faster than real time
+
+and per configuration: TTFA median and p90, per-stream RTF median (and p90), and throughput as the audio
+seconds of all streams per wall second (first request sent to last stream done), the median over --repeat.
+With --text-streams K each N runs twice, alone and beside K streaming text requests (max_tokens --text-max-tokens,
+started before the speech streams and looping until they finish); their tokens/s counts content chunks that
+arrive while the speech streams run. One JSON object per configuration goes to stdout, a table to stderr.
+Any HTTP error, broken stream or stream without audio exits 1 with a message.
+
+    python3 tools/bench_speech.py --base-url http://127.0.0.1:8000/v1 --streams 1,8,32 --text-streams 4
+    python3 tools/bench_speech.py --binary target/release/tensorfold --model M --speech-model DIR --streams 1,8,32
+"""
+
+import argparse
+import http.client
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+from bench_openai import Endpoint, parse_streams, percentile, sse_events
+
+RTF_DEFINITION = (
+    "rtf = stream wall seconds (request sent to last byte) / audio seconds received; below 1 is faster than real time"
+)
+
+SENTENCES = [
+    "The lighthouse keeper climbed the stairs one last time before the storm arrived.",
+    "Please remember to water the plants on the balcony while I am away.",
+    "Our train leaves at seven fifteen, so we should be at the station by seven.",
+    "She opened the letter slowly, afraid of what it might say.",
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "Thank you for calling; all of our agents are busy helping other customers.",
+    "In the morning the valley was filled with a thick, silver fog.",
+    "Could you tell me the way to the nearest library, please?",
+]
+TEXT_PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a message in a bottle."
+
+
+class BenchError(Exception):
+    """A failure the bench reports and exits 1 on."""
+
+
+def speech_stream(endpoint, model, text, seed, voice):
+    """One PCM speech stream read as it arrives: ttfa, wall, audio bytes and the sample rate."""
+    body = {"model": model, "input": text, "response_format": "pcm", "stream_format": "audio", "seed": seed}
+    if voice:
+        body["voice"] = voice
+    conn = endpoint.connect()
+    start = time.perf_counter()
+    try:
+        conn.request("POST", endpoint.prefix + "/audio/speech", json.dumps(body), endpoint.headers)
+        response = conn.getresponse()
+        if response.status != 200:
+            raise BenchError(f"POST /audio/speech: {response.status} {response.read()[:500]!r}")
+        rate = int(response.getheader("x-sample-rate") or 0)
+        if rate <= 0:
+            raise BenchError("POST /audio/speech: no x-sample-rate header")
+        first, num_bytes = None, 0
+        # read1 returns what one chunk holds; read(n) would wait for n bytes and hide the first audio.
+        while chunk := response.read1(65536):
+            first = first if first is not None else time.perf_counter()
+            num_bytes += len(chunk)
+        end = time.perf_counter()
+    except (http.client.HTTPException, OSError) as error:
+        raise BenchError(f"POST /audio/speech: stream broken: {error!r}") from error
+    finally:
+        conn.close()
+    if num_bytes == 0:
+        raise BenchError(f"POST /audio/speech (seed {seed}): stream ended with no audio")
+    if num_bytes % 2:
+        raise BenchError(f"POST /audio/speech (seed {seed}): {num_bytes} bytes is not whole 16-bit samples")
+    audio_s = num_bytes / 2 / rate
+    return {"start": start, "end": end, "ttfa_s": first - start, "wall_s": end - start,
+            "audio_s": audio_s, "rtf": (end - start) / audio_s, "sample_rate": rate, "seed": seed}
+
+
+def text_body(model, api, max_tokens, seed):
+    body = {"model": model, "max_tokens": max_tokens, "temperature": 0.8, "seed": seed, "stream": True}
+    if api == "chat":
+        body["messages"] = [{"role": "user", "content": TEXT_PROMPT}]
+    else:
+        body["prompt"] = TEXT_PROMPT
+    return body
+
+
+def text_stream(endpoint, api, body, on_chunk):
+    """One streaming text request; on_chunk(time) for each chunk that carries text. Returns the HTTP status."""
+    path = "/chat/completions" if api == "chat" else "/completions"
+    conn = endpoint.connect()
+    try:
+        conn.request("POST", endpoint.prefix + path, json.dumps(body), endpoint.headers)
+        response = conn.getresponse()
+        if response.status != 200:
+            return response.status, response.read()[:500]
+        for data in sse_events(response):
+            if data == "[DONE]":
+                break
+            for choice in json.loads(data).get("choices", []):
+                if (choice.get("delta") or {}).get("content") or choice.get("text"):
+                    on_chunk(time.perf_counter())
+        return 200, b""
+    except (http.client.HTTPException, OSError) as error:
+        raise BenchError(f"POST {path}: stream broken: {error!r}") from error
+    finally:
+        conn.close()
+
+
+def pick_text_api(endpoint, model, wanted, max_tokens):
+    """The text API to load the server with; 'auto' falls back to completions when the model has no chat template."""
+    for api in ["chat", "completions"] if wanted == "auto" else [wanted]:
+        status, body = text_stream(endpoint, api, text_body(model, api, max_tokens, 0), lambda _: None)
+        if status == 200:
+            return api
+        if not (wanted == "auto" and status == 400 and b'"param":"messages"' in body):
+            raise BenchError(f"text warm-up on {api}: {status} {body!r}")
+    raise BenchError("no text API answered")
+
+
+class TextTraffic:
+    """K threads looping streaming text requests until stopped, keeping the time of every text chunk."""
+
+    def __init__(self, endpoint, model, api, num_streams, max_tokens):
+        self.stop, self.errors = threading.Event(), []
+        self.chunk_times, self.num_requests = [[] for _ in range(num_streams)], [0] * num_streams
+        self.ready = [threading.Event() for _ in range(num_streams)]
+        self.threads = [
+            threading.Thread(target=self._loop, args=(endpoint, model, api, max_tokens, i)) for i in range(num_streams)
+        ]
+
+    def _loop(self, endpoint, model, api, max_tokens, i):
+        def on_chunk(t):
+            self.chunk_times[i].append(t)
+            self.ready[i].set()
+
+        round_ = 0
+        try:
+            while not self.stop.is_set():
+                body = text_body(model, api, max_tokens, 1000 * i + round_)
+                status, body = text_stream(endpoint, api, body, on_chunk)
+                if status != 200:
+                    raise BenchError(f"text stream {i}: {status} {body!r}")
+                self.num_requests[i] += 1
+                round_ += 1
+        except Exception as error:  # reported by finish()
+            self.errors.append(f"text stream {i}: {error}")
+        finally:
+            self.ready[i].set()
+
+    def start(self):
+        """Starts every stream and waits until each has produced text, so the speech streams meet a busy server."""
+        for thread in self.threads:
+            thread.start()
+        for ready in self.ready:
+            ready.wait()
+        if self.errors:
+            self.finish(0, 0)
+
+    def finish(self, window_start, window_end):
+        """Stops the loops (each ends its current request) and returns tokens/s inside the window."""
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+        if self.errors:
+            raise BenchError(f"{len(self.errors)} text streams failed; first: {self.errors[0]}")
+        window = window_end - window_start
+        counts = [sum(window_start <= t <= window_end for t in times) for times in self.chunk_times]
+        return {"tok_s_total": sum(counts) / window, "tok_s_per_stream_median": statistics.median(counts) / window,
+                "requests_completed": sum(self.num_requests)}
+
+
+def run_once(endpoint, model, args, num_streams, num_text_streams, text_api):
+    """One round: N speech streams started together, beside the text traffic if any."""
+    traffic = None
+    if num_text_streams:
+        traffic = TextTraffic(endpoint, model, text_api, num_text_streams, args.text_max_tokens)
+        traffic.start()
+    results, errors = [None] * num_streams, []
+    barrier = threading.Barrier(num_streams)
+
+    def worker(i):
+        barrier.wait()
+        try:
+            results[i] = speech_stream(endpoint, model, SENTENCES[i % len(SENTENCES)], args.seed + i, args.voice)
+        except Exception as error:  # reported below with the stream count
+            errors.append(f"speech stream {i}: {error}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(num_streams)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        if traffic:
+            traffic.stop.set()
+            for thread in traffic.threads:
+                thread.join()
+        raise BenchError(f"{len(errors)} of {num_streams} speech streams failed; first: {errors[0]}")
+    window_start, window_end = min(r["start"] for r in results), max(r["end"] for r in results)
+    text = traffic.finish(window_start, window_end) if traffic else None
+    return results, window_end - window_start, text
+
+
+def run_config(endpoint, model, args, num_streams, num_text_streams, text_api):
+    """--repeat rounds of one configuration, summed up as one JSON-ready dict."""
+    streams, rounds = [], []
+    for _ in range(args.repeat):
+        results, wall, text = run_once(endpoint, model, args, num_streams, num_text_streams, text_api)
+        streams += results
+        audio = sum(r["audio_s"] for r in results)
+        rounds.append({"wall_s": wall, "audio_s": audio, "audio_s_per_wall_s": audio / wall, "text": text})
+    rates = {r["sample_rate"] for r in streams}
+    ttfa, rtf = [r["ttfa_s"] for r in streams], [r["rtf"] for r in streams]
+    row = {
+        "streams": num_streams,
+        "text_streams": num_text_streams,
+        "repeat": args.repeat,
+        "response_format": "pcm",
+        "sample_rate": rates.pop() if len(rates) == 1 else sorted(rates),
+        "rtf_definition": RTF_DEFINITION,
+        "ttfa_median_s": statistics.median(ttfa),
+        "ttfa_p90_s": percentile(ttfa, 90),
+        "ttfa_max_s": max(ttfa),
+        "rtf_median": statistics.median(rtf),
+        "rtf_p90": percentile(rtf, 90),
+        "audio_s_per_stream_median": statistics.median(r["audio_s"] for r in streams),
+        "audio_s_per_wall_s": statistics.median(r["audio_s_per_wall_s"] for r in rounds),
+        "rounds": rounds,
+    }
+    if num_text_streams:
+        row["text_api"] = text_api
+        row["text_max_tokens"] = args.text_max_tokens
+        row["text_tok_s_total"] = statistics.median(r["text"]["tok_s_total"] for r in rounds)
+        row["text_tok_s_per_stream_median"] = statistics.median(r["text"]["tok_s_per_stream_median"] for r in rounds)
+    return row
+
+
+def start_server(args):
+    """Starts `BINARY serve` on a free port and returns the process and its /v1 URL once it listens."""
+    parallel = args.parallel or max(parse_streams(args.streams)) + args.text_streams
+    command = [args.binary, "serve", "--host", "127.0.0.1", "--port", "0", "--parallel", str(parallel)]
+    command += ["--speech-model", args.speech_model] + (["--model", args.model] if args.model else [])
+    command += [word for arg in args.serve_arg or [] for word in shlex.split(arg)]
+    print("starting: " + shlex.join(command), file=sys.stderr)
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in server.stderr:
+        lines.append(line.rstrip())
+        if line.startswith("listening on http://"):
+            url = line.split()[-1] + "/v1"
+            # Keeps draining stderr so the server never blocks on a full pipe.
+            threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
+            return server, url
+    server.wait()
+    raise BenchError(f"server exited with {server.returncode} before listening:\n" + "\n".join(lines[-20:]))
+
+
+def print_table(rows):
+    print(f"{'streams':>7} {'text':>4} {'TTFA p50 s':>10} {'TTFA p90 s':>10} {'RTF p50':>8} {'RTF p90':>8}"
+          f" {'audio s/s':>9} {'text tok/s':>10}", file=sys.stderr)
+    for row in rows:
+        text = f"{row['text_tok_s_total']:>10.1f}" if row["text_streams"] else f"{'-':>10}"
+        print(f"{row['streams']:>7} {row['text_streams']:>4} {row['ttfa_median_s']:>10.3f} {row['ttfa_p90_s']:>10.3f}"
+              f" {row['rtf_median']:>8.3f} {row['rtf_p90']:>8.3f} {row['audio_s_per_wall_s']:>9.2f} {text}",
+              file=sys.stderr)
+    print(RTF_DEFINITION, file=sys.stderr)
+
+
+def bench(args):
+    endpoint = Endpoint(args.base_url, args.api_key)
+    model = args.model_id or endpoint.model()
+    speech_stream(endpoint, model, SENTENCES[0], args.seed, args.voice)  # warm-up, not measured
+    text_api = pick_text_api(endpoint, model, args.text_api, args.text_max_tokens) if args.text_streams else None
+    rows = []
+    for num_streams in parse_streams(args.streams):
+        for num_text_streams in [0, args.text_streams] if args.text_streams else [0]:
+            row = run_config(endpoint, model, args, num_streams, num_text_streams, text_api)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print_table(rows)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base-url", "--url", help="a running server's /v1 URL (default http://127.0.0.1:8000/v1)")
+    parser.add_argument("--binary", help="start this tensorfold binary on a free port instead, and stop it at the end")
+    parser.add_argument("--model", help="with --binary: the text model to serve (the server's default if not given)")
+    parser.add_argument("--speech-model", help="with --binary: the speech checkpoint directory")
+    parser.add_argument("--parallel", type=int, help="with --binary: lanes (default: most streams + text streams)")
+    parser.add_argument("--serve-arg", action="append", help="with --binary: more serve arguments, repeatable")
+    parser.add_argument("--streams", action="append", help="concurrent speech streams: repeatable or a comma list (1)")
+    parser.add_argument("--text-streams", type=int, default=0, help="also run each N beside this many text streams")
+    parser.add_argument("--text-max-tokens", type=int, default=64, help="max_tokens of each text request (64)")
+    parser.add_argument("--text-api", choices=["auto", "chat", "completions"], default="auto",
+                        help="/chat/completions, /completions, or chat unless the model has no template (auto)")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds per configuration (1)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of stream 0; stream i gets seed + i (1)")
+    parser.add_argument("--voice", help="the voice of every stream (the server's default if not given)")
+    parser.add_argument("--model-id", help="the request's model field (default: the first of /v1/models)")
+    parser.add_argument("--api-key", help="sent as the Bearer token")
+    args = parser.parse_args()
+    if args.binary and (args.base_url or not args.speech_model):
+        parser.error("--binary needs --speech-model and cannot go with --base-url")
+    if args.repeat < 1 or args.text_streams < 0:
+        parser.error("--repeat must be at least 1 and --text-streams not negative")
+
+    server = None
+    try:
+        if args.binary:
+            server, args.base_url = start_server(args)
+        args.base_url = args.base_url or "http://127.0.0.1:8000/v1"
+        bench(args)
+    except (BenchError, RuntimeError, OSError, http.client.HTTPException) as error:
+        print(f"bench_speech: {args.base_url}: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if server:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
