@@ -42,7 +42,7 @@ pub struct CodecJob {
 }
 
 /// A speech model's codec: decodes frames into mono PCM on the engine thread, in the rounds.
-pub trait Codec: Send {
+pub trait Codec: Send + Sync {
     fn sample_rate(&self) -> u32;
     /// Samples of `job.keep`; equal, bit for bit, to the same frames of a one-shot decode.
     fn decode(&self, job: &CodecJob) -> Result<Vec<f32>, String>;

@@ -3,6 +3,8 @@
 use std::sync::mpsc;
 use std::thread;
 
+use rayon::prelude::*;
+
 use tensorfold_kernels::sampling::{log_softmax, sample};
 use tokio::sync::oneshot;
 
@@ -69,11 +71,13 @@ fn run_round(models: &mut [ModelSlot], plan: &RoundPlan) -> RoundOutput {
         let logits = slot.engine.forward(&mut slot.pool, &steps);
         sampled.extend(lanes.iter().zip(&logits).filter_map(|(lane, logits)| draw(lane, logits)));
     }
+    // Windows are independent, so the round decodes them side by side.
+    let codecs: Vec<Option<&dyn Codec>> = models.iter().map(|m| m.codec.as_deref()).collect();
     let audio = plan
         .codec
-        .iter()
+        .par_iter()
         .map(|c| {
-            let pcm = match models.get(c.model).and_then(|m| m.codec.as_ref()) {
+            let pcm = match codecs.get(c.model).copied().flatten() {
                 Some(codec) => codec.decode(&c.job),
                 None => Err(format!("model {} has no codec", c.model)),
             };
