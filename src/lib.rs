@@ -12,6 +12,7 @@ pub mod gguf_model;
 pub mod hf;
 pub mod llama;
 pub mod model;
+pub mod onnx;
 pub mod server;
 pub mod speech;
 pub mod tokenizer;
