@@ -9,6 +9,7 @@ pub mod fetch;
 pub mod generate;
 pub mod gguf;
 pub mod gguf_model;
+pub mod hibari;
 pub mod hf;
 pub mod llama;
 pub mod model;

@@ -1,0 +1,1 @@
+//! The voice's network: phoneme ids to durations, prosody and spectral frames.
