@@ -18,7 +18,7 @@ use tensorfold::speech::{SpeechFrontEnd, MAX_INPUT_CHARS};
 use tensorfold_actors::coordinator::Schedule;
 use tensorfold_actors::engine::Logits;
 use tensorfold_actors::request_types::{Event, Output, ValidRequest};
-use tensorfold_actors::runtime::{ModelSpec, Runtime, RuntimeConfig};
+use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
 use tensorfold_audio::pcm::to_i16;
 
 #[derive(Parser)]
@@ -284,8 +284,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
     let model = ModelSpec {
         weight_bytes: llama.num_weight_bytes(),
         activation_bytes: llama.activation_bytes(512, 1),
-        engine: Box::new(llama),
-        codec: None,
+        kind: ModelKind::Tokens { engine: Box::new(llama), codec: None },
         context,
     };
     let request = ValidRequest {
@@ -340,8 +339,7 @@ fn serve(args: ServeArgs) -> Result<()> {
     let mut models = vec![ModelSpec {
         weight_bytes: llama.num_weight_bytes(),
         activation_bytes: llama.activation_bytes(args.round_tokens, args.parallel),
-        engine: Box::new(llama),
-        codec: None,
+        kind: ModelKind::Tokens { engine: Box::new(llama), codec: None },
         context,
     }];
     let speech = match &args.speech_model {
@@ -351,7 +349,11 @@ fn serve(args: ServeArgs) -> Result<()> {
             tracing::info!(dir = %dir.display(), voices = front.voices().names().join(","), "speech model loaded");
             if same_path(dir, &text_path) {
                 // One checkpoint for both: speech and text lanes share every batched forward.
-                models[0].codec = spec.codec;
+                if let (ModelKind::Tokens { codec, .. }, ModelKind::Tokens { codec: speech_codec, .. }) =
+                    (&mut models[0].kind, spec.kind)
+                {
+                    *codec = speech_codec;
+                }
                 front.model = 0;
             } else {
                 models.push(spec);

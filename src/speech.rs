@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tensorfold_actors::engine::ModelId;
 use tensorfold_actors::request_types::{Output, ValidRequest};
-use tensorfold_actors::runtime::ModelSpec;
+use tensorfold_actors::runtime::{ModelKind, ModelSpec};
 use tensorfold_audio::snac::NUM_CODEBOOKS;
 
 use crate::drama::stream::{DramaFrames, SnacCodec};
@@ -65,8 +65,7 @@ impl SpeechFrontEnd {
         let spec = ModelSpec {
             weight_bytes: llama.num_weight_bytes(),
             activation_bytes: llama.activation_bytes(round_tokens, parallel),
-            engine: Box::new(llama),
-            codec: Some(Box::new(SnacCodec(Arc::new(codec)))),
+            kind: ModelKind::Tokens { engine: Box::new(llama), codec: Some(Box::new(SnacCodec(Arc::new(codec)))) },
             context,
         };
         (spec, front)

@@ -13,7 +13,7 @@ use tensorfold::speech::SpeechFrontEnd;
 use tensorfold::tokenizer::Tokenizer;
 use tensorfold_actors::coordinator::Schedule;
 use tensorfold_actors::request_types::{Event, Output, ValidRequest};
-use tensorfold_actors::runtime::{ModelSpec, Runtime, RuntimeConfig};
+use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
 use tokio::sync::mpsc::Receiver;
 
 const TEXTS: [(&str, &str); 3] = [
@@ -46,8 +46,7 @@ async fn start(text: Text, parallel: usize) -> (Runtime, SpeechFrontEnd, usize) 
         models.push(ModelSpec {
             weight_bytes: loaded.llama.num_weight_bytes(),
             activation_bytes: 0,
-            engine: Box::new(loaded.llama),
-            codec: None,
+            kind: ModelKind::Tokens { engine: Box::new(loaded.llama), codec: None },
             context,
         });
     }

@@ -12,6 +12,7 @@ use crate::metrics::Metrics;
 use crate::request_types::{FinishReason, SubmitError, TokenLogprob};
 use crate::round::{PlannedCodec, PlannedLane, RoundOutput, RoundPlan, SampleSpec};
 use crate::runner::EngineRunner;
+use crate::voice::{EnqueueVoice, VoiceLanes};
 
 /// A token for a request actor; `finish` is set on its lane's last token.
 #[derive(Message)]
@@ -96,12 +97,22 @@ pub struct Coordinator {
     codec: VecDeque<Decode>,
     /// Where the PCM of the round in flight goes, in plan order.
     decoding: Vec<Recipient<LanePcm>>,
+    voices: VoiceLanes,
+    /// Which models are voices rather than token models.
+    is_voice: Vec<bool>,
     in_flight: bool,
     metrics: Arc<Metrics>,
 }
 
 impl Coordinator {
-    pub fn new(runner: EngineRunner, pages: Vec<PagePool>, schedule: Schedule, metrics: Arc<Metrics>) -> Coordinator {
+    /// `pages` has one pool per model (empty for voices); `is_voice` says which models are voices.
+    pub fn new(
+        runner: EngineRunner,
+        pages: Vec<PagePool>,
+        is_voice: Vec<bool>,
+        schedule: Schedule,
+        metrics: Arc<Metrics>,
+    ) -> Coordinator {
         let coordinator = Coordinator {
             runner,
             pages,
@@ -110,6 +121,8 @@ impl Coordinator {
             lanes: Vec::new(),
             codec: VecDeque::new(),
             decoding: Vec::new(),
+            voices: VoiceLanes::default(),
+            is_voice,
             in_flight: false,
             metrics,
         };
@@ -140,15 +153,32 @@ impl Coordinator {
         }));
     }
 
+    fn num_running(&self) -> usize {
+        self.lanes.len() + self.voices.num_running()
+    }
+
+    /// Token and voice requests take free lanes in turn.
     fn admit(&mut self) {
-        while self.lanes.len() < self.schedule.parallel {
-            let Some(next) = self.waiting.front() else { break };
-            let Some(lease) = self.pages[next.model].admit(next.prompt.len() + next.max_tokens) else { break };
-            let request = self.waiting.pop_front().expect("front exists");
-            self.metrics.add_prompt(request.prompt.len());
-            let tokens = request.prompt.clone();
-            self.lanes.push(Lane { request, tokens, num_planned: 0, num_generated: 0, lease });
+        let mut progress = true;
+        while progress {
+            progress = false;
+            if self.num_running() < self.schedule.parallel {
+                progress |= self.admit_tokens();
+            }
+            if self.num_running() < self.schedule.parallel {
+                progress |= self.voices.admit_one();
+            }
         }
+    }
+
+    fn admit_tokens(&mut self) -> bool {
+        let Some(next) = self.waiting.front() else { return false };
+        let Some(lease) = self.pages[next.model].admit(next.prompt.len() + next.max_tokens) else { return false };
+        let request = self.waiting.pop_front().expect("front exists");
+        self.metrics.add_prompt(request.prompt.len());
+        let tokens = request.prompt.clone();
+        self.lanes.push(Lane { request, tokens, num_planned: 0, num_generated: 0, lease });
+        true
     }
 
     /// Decode lanes take one token each, then prefill chunks share what is left of the token budget.
@@ -190,6 +220,7 @@ impl Coordinator {
             plan.codec.push(PlannedCodec { lane_id: decode.lane_id, model: decode.model, job: decode.job });
             self.decoding.push(decode.to);
         }
+        plan.voices = self.voices.plan();
         plan
     }
 
@@ -217,6 +248,7 @@ impl Coordinator {
         for ((_, pcm), to) in output.audio.into_iter().zip(self.decoding.drain(..)) {
             to.do_send(LanePcm(pcm));
         }
+        self.voices.apply(output.voices);
     }
 
     fn fail_all(&mut self, why: &str) {
@@ -224,11 +256,12 @@ impl Coordinator {
         self.lanes.clear();
         self.codec.clear();
         self.decoding.clear();
+        self.voices.clear();
     }
 
     fn publish(&self) {
-        self.metrics.set_running(self.lanes.len());
-        self.metrics.set_waiting(self.waiting.len());
+        self.metrics.set_running(self.num_running());
+        self.metrics.set_waiting(self.waiting.len() + self.voices.num_waiting());
         let used = self.pages.iter().map(PagePool::num_used).sum();
         self.metrics.set_kv_pages(used, self.pages.iter().map(PagePool::num_total).sum());
     }
@@ -242,13 +275,17 @@ impl Handler<Enqueue> for Coordinator {
     type Result = Result<(), SubmitError>;
 
     fn handle(&mut self, msg: Enqueue, ctx: &mut Context<Self>) -> Self::Result {
-        let pages = self.pages.get(msg.model).ok_or(SubmitError::NoModel(msg.model))?;
+        if self.is_voice.get(msg.model) != Some(&false) {
+            return Err(SubmitError::NoModel(msg.model));
+        }
+        let pages = &self.pages[msg.model];
         let needed = pages.pages_for(msg.prompt.len() + msg.max_tokens);
         if needed > pages.num_total() {
             return Err(SubmitError::TooLarge { needed, total: pages.num_total() });
         }
-        if self.waiting.len() >= self.schedule.max_waiting {
-            return Err(SubmitError::QueueFull(self.waiting.len()));
+        let num_waiting = self.waiting.len() + self.voices.num_waiting();
+        if num_waiting >= self.schedule.max_waiting {
+            return Err(SubmitError::QueueFull(num_waiting));
         }
         self.metrics.inc_requests();
         self.waiting.push_back(msg);
@@ -264,6 +301,7 @@ impl Handler<Release> for Coordinator {
         self.waiting.retain(|r| r.lane_id != msg.lane_id);
         self.lanes.retain(|l| l.request.lane_id != msg.lane_id);
         self.codec.retain(|d| d.lane_id != msg.lane_id);
+        self.voices.release(msg.lane_id);
         self.publish();
         self.tick(ctx);
     }
@@ -275,5 +313,22 @@ impl Handler<Decode> for Coordinator {
     fn handle(&mut self, msg: Decode, ctx: &mut Context<Self>) {
         self.codec.push_back(msg);
         self.tick(ctx);
+    }
+}
+
+impl Handler<EnqueueVoice> for Coordinator {
+    type Result = Result<(), SubmitError>;
+
+    fn handle(&mut self, msg: EnqueueVoice, ctx: &mut Context<Self>) -> Self::Result {
+        if self.is_voice.get(msg.model) != Some(&true) {
+            return Err(SubmitError::NoModel(msg.model));
+        }
+        if self.waiting.len() + self.voices.num_waiting() >= self.schedule.max_waiting {
+            return Err(SubmitError::QueueFull(self.waiting.len() + self.voices.num_waiting()));
+        }
+        self.metrics.inc_requests();
+        self.voices.enqueue(msg);
+        self.tick(ctx);
+        Ok(())
     }
 }

@@ -12,6 +12,9 @@ pub mod round;
 pub mod runner;
 pub mod runtime;
 pub mod stop;
+pub mod voice;
 
 #[cfg(test)]
 mod runtime_tests;
+#[cfg(test)]
+mod voice_tests;

@@ -11,6 +11,7 @@ use crate::engine::{CodecJob, ModelId};
 use crate::metrics::Metrics;
 use crate::request_types::{Event, FinishReason, FrameSink, Output, TextDecoder, Usage};
 use crate::stop::StopMatcher;
+use crate::voice::VoiceAudio;
 
 /// Ends a request that was never admitted.
 #[derive(Message)]
@@ -25,8 +26,13 @@ struct Speech {
 }
 
 enum Tokens {
-    Text { decoder: Box<dyn TextDecoder>, stops: StopMatcher },
+    Text {
+        decoder: Box<dyn TextDecoder>,
+        stops: StopMatcher,
+    },
     Speech(Speech),
+    /// A voice lane: audio arrives already made.
+    Voice,
 }
 
 pub struct RequestActor {
@@ -56,6 +62,7 @@ impl RequestActor {
         let tokens = match output {
             Output::Text(decoder) => Tokens::Text { decoder, stops: StopMatcher::new(stop_strings) },
             Output::Speech(sink) => Tokens::Speech(Speech { sink, pending: 0, finish: None }),
+            Output::None => Tokens::Voice,
         };
         RequestActor {
             lane_id,
@@ -68,6 +75,17 @@ impl RequestActor {
             last_token: None,
             metrics,
         }
+    }
+
+    /// A request actor for a voice lane, whose input has `num_ids` ids.
+    pub fn new_voice(
+        lane_id: u64,
+        num_ids: usize,
+        events: mpsc::Sender<Event>,
+        coordinator: Addr<Coordinator>,
+        metrics: Arc<Metrics>,
+    ) -> RequestActor {
+        RequestActor::new(lane_id, 0, num_ids, Output::None, Vec::new(), events, coordinator, metrics)
     }
 
     /// Sends an event; a closed stream means the client left, so the actor stops.
@@ -165,6 +183,7 @@ impl Handler<LaneToken> for RequestActor {
         match self.tokens {
             Tokens::Text { .. } => self.text_token(msg, ctx),
             Tokens::Speech(_) => self.speech_token(msg, ctx),
+            Tokens::Voice => {}
         }
     }
 }
@@ -192,5 +211,27 @@ impl Handler<Abort> for RequestActor {
 
     fn handle(&mut self, _: Abort, ctx: &mut Context<Self>) {
         ctx.stop();
+    }
+}
+
+impl Handler<VoiceAudio> for RequestActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: VoiceAudio, ctx: &mut Context<Self>) {
+        match msg.pcm {
+            Ok(pcm) if pcm.is_empty() => {}
+            Ok(pcm) => {
+                self.observe_latency();
+                self.usage.completion_tokens += 1;
+                self.send(Event::Audio { pcm }, ctx);
+            }
+            Err(message) => {
+                self.send(Event::Error { message: format!("synthesizing audio: {message}") }, ctx);
+                return ctx.stop();
+            }
+        }
+        if msg.finished {
+            self.finish(FinishReason::Stop, ctx);
+        }
     }
 }

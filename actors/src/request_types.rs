@@ -24,6 +24,8 @@ pub trait FrameSink: Send {
 pub enum Output {
     Text(Box<dyn TextDecoder>),
     Speech(Box<dyn FrameSink>),
+    /// Audio made by a voice lane, which has no tokens.
+    None,
 }
 
 /// A request that passed validation; nothing downstream re-checks it.

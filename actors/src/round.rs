@@ -4,6 +4,7 @@ use tensorfold_kernels::sampling::SamplingParams;
 
 use crate::engine::{CodecJob, ModelId};
 use crate::request_types::TokenLogprob;
+use crate::voice::{PlannedVoice, VoiceOutput};
 
 /// How to pick a lane's next token once its logits are computed.
 #[derive(Clone, Debug)]
@@ -28,9 +29,11 @@ pub struct PlannedLane {
     pub sample: Option<SampleSpec>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct RoundPlan {
     pub lanes: Vec<PlannedLane>,
+    /// One step of each voice lane.
+    pub voices: Vec<PlannedVoice>,
     /// Codec windows of speech lanes, decoded after the forward pass.
     pub codec: Vec<PlannedCodec>,
 }
@@ -45,7 +48,7 @@ pub struct PlannedCodec {
 
 impl RoundPlan {
     pub fn is_empty(&self) -> bool {
-        self.lanes.is_empty() && self.codec.is_empty()
+        self.lanes.is_empty() && self.codec.is_empty() && self.voices.is_empty()
     }
 
     pub fn num_tokens(&self) -> usize {
@@ -61,9 +64,10 @@ pub struct Sampled {
     pub logprob: Option<TokenLogprob>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Default)]
 pub struct RoundOutput {
     pub sampled: Vec<Sampled>,
     /// PCM of each planned codec window, in plan order, or why it failed.
     pub audio: Vec<(u64, Result<Vec<f32>, String>)>,
+    pub voices: Vec<VoiceOutput>,
 }

@@ -11,17 +11,17 @@ use tokio::sync::oneshot;
 use crate::engine::{Codec, Engine, KvPool, LaneStep, Logits};
 use crate::request_types::TokenLogprob;
 use crate::round::{PlannedLane, RoundOutput, RoundPlan, Sampled};
+use crate::voice::{run_step, Voice};
 
 struct Job {
     plan: RoundPlan,
     reply: oneshot::Sender<RoundOutput>,
 }
 
-/// One model as the engine thread holds it: the engine, its KV pool, and a codec for speech models.
-pub struct ModelSlot {
-    pub engine: Box<dyn Engine>,
-    pub pool: KvPool,
-    pub codec: Option<Box<dyn Codec>>,
+/// One model as the engine thread holds it: a token model with its KV pool (and codec, for speech), or a voice.
+pub enum ModelSlot {
+    Tokens { engine: Box<dyn Engine>, pool: KvPool, codec: Option<Box<dyn Codec>> },
+    Voice(Box<dyn Voice>),
 }
 
 /// A handle to the engine thread; dropping it ends the thread after the current round.
@@ -34,7 +34,7 @@ impl EngineRunner {
         let (jobs, inbox) = mpsc::channel::<Job>();
         thread::Builder::new().name("tensorfold-engine".into()).spawn(move || {
             for job in inbox {
-                let output = run_round(&mut models, &job.plan);
+                let output = run_round(&mut models, job.plan);
                 // The coordinator may have stopped; then nobody wants the output.
                 let _ = job.reply.send(output);
             }
@@ -52,9 +52,10 @@ impl EngineRunner {
 }
 
 /// Each model's lanes in one batched forward pass, then the round's codec windows.
-fn run_round(models: &mut [ModelSlot], plan: &RoundPlan) -> RoundOutput {
+fn run_round(models: &mut [ModelSlot], plan: RoundPlan) -> RoundOutput {
     let mut sampled = Vec::new();
     for (m, slot) in models.iter_mut().enumerate() {
+        let ModelSlot::Tokens { engine, pool, .. } = slot else { continue };
         let lanes: Vec<&PlannedLane> = plan.lanes.iter().filter(|l| l.model == m).collect();
         if lanes.is_empty() {
             continue;
@@ -68,11 +69,17 @@ fn run_round(models: &mut [ModelSlot], plan: &RoundPlan) -> RoundOutput {
                 logits: if l.sample.is_some() { Logits::Last } else { Logits::None },
             })
             .collect();
-        let logits = slot.engine.forward(&mut slot.pool, &steps);
+        let logits = engine.forward(pool, &steps);
         sampled.extend(lanes.iter().zip(&logits).filter_map(|(lane, logits)| draw(lane, logits)));
     }
     // Windows are independent, so the round decodes them side by side.
-    let codecs: Vec<Option<&dyn Codec>> = models.iter().map(|m| m.codec.as_deref()).collect();
+    let codecs: Vec<Option<&dyn Codec>> = models
+        .iter()
+        .map(|m| match m {
+            ModelSlot::Tokens { codec, .. } => codec.as_deref(),
+            ModelSlot::Voice(_) => None,
+        })
+        .collect();
     let audio = plan
         .codec
         .par_iter()
@@ -84,7 +91,16 @@ fn run_round(models: &mut [ModelSlot], plan: &RoundPlan) -> RoundOutput {
             (c.lane_id, pcm)
         })
         .collect();
-    RoundOutput { sampled, audio }
+    let voices: Vec<Option<&dyn Voice>> = models
+        .iter()
+        .map(|m| match m {
+            ModelSlot::Voice(v) => Some(v.as_ref()),
+            ModelSlot::Tokens { .. } => None,
+        })
+        .collect();
+    // Each voice lane's step is its own work, so lanes run side by side.
+    let voices = plan.voices.into_par_iter().map(|v| run_step(voices.get(v.model).copied().flatten(), v)).collect();
+    RoundOutput { sampled, audio, voices }
 }
 
 fn draw(lane: &PlannedLane, logits: &[f32]) -> Option<Sampled> {

@@ -15,6 +15,10 @@ use crate::metrics::Metrics;
 use crate::request::{Abort, RequestActor};
 use crate::request_types::{Event, SubmitError, ValidRequest};
 use crate::runner::{EngineRunner, ModelSlot};
+use crate::voice::{EnqueueVoice, Voice, VoiceInput};
+
+/// Most audio windows a voice request may have queued for its client.
+const MAX_VOICE_EVENTS: usize = 1 << 14;
 
 /// Limits the HTTP layer validates against before submitting.
 #[derive(Clone, Copy, Debug)]
@@ -35,11 +39,17 @@ pub struct RuntimeConfig {
     pub schedule: Schedule,
 }
 
+/// How a model runs its lanes.
+pub enum ModelKind {
+    /// Token lanes over a KV pool; a speech model's codec decodes its lanes' frames in the same rounds.
+    Tokens { engine: Box<dyn Engine>, codec: Option<Box<dyn Codec>> },
+    /// Voice lanes: a sentence step, then a window of audio per round.
+    Voice(Box<dyn Voice>),
+}
+
 /// One model the runtime serves; lanes name it by its index in the list.
 pub struct ModelSpec {
-    pub engine: Box<dyn Engine>,
-    /// A speech model's codec, run on its lanes' frames in the same rounds.
-    pub codec: Option<Box<dyn Codec>>,
+    pub kind: ModelKind,
     /// Most positions one request may use.
     pub context: usize,
     /// Bytes the loaded weights hold, accounted under the cap.
@@ -86,8 +96,19 @@ impl Runtime {
         let fixed: usize = models.iter().map(|m| m.weight_bytes + m.activation_bytes).sum();
         let num_models = models.len().max(1);
         let (mut slots, mut pages, mut limits) = (Vec::new(), Vec::new(), Vec::new());
+        let mut is_voice = Vec::new();
         for m in models {
-            let layout = m.engine.kv_layout(cfg.page_tokens);
+            let engine = match m.kind {
+                ModelKind::Tokens { engine, codec } => (engine, codec),
+                ModelKind::Voice(voice) => {
+                    slots.push(ModelSlot::Voice(voice));
+                    pages.push((0, cfg.page_tokens));
+                    limits.push(Limits { context: m.context, max_waiting: cfg.schedule.max_waiting });
+                    is_voice.push(true);
+                    continue;
+                }
+            };
+            let layout = engine.0.kv_layout(cfg.page_tokens);
             let page_bytes = layout.page_bytes();
             let num_pages = match (cfg.kv_pages, cfg.memory_limit) {
                 (Some(n), _) => n,
@@ -114,9 +135,10 @@ impl Runtime {
                 kv_tokens = num_pages * cfg.page_tokens,
                 "memory"
             );
-            slots.push(ModelSlot { engine: m.engine, pool, codec: m.codec });
+            slots.push(ModelSlot::Tokens { engine: engine.0, pool, codec: engine.1 });
             pages.push((num_pages, cfg.page_tokens));
             limits.push(Limits { context: m.context, max_waiting: cfg.schedule.max_waiting });
+            is_voice.push(false);
         }
         let runner = EngineRunner::spawn(slots)?;
         let metrics = Arc::new(Metrics::default());
@@ -124,7 +146,7 @@ impl Runtime {
         let arbiter = Arbiter::new();
         let coordinator = Coordinator::start_in_arbiter(&arbiter.handle(), move |_| {
             let pools = pages.into_iter().map(|(n, t)| PagePool::new(n, t)).collect();
-            Coordinator::new(runner, pools, schedule, m)
+            Coordinator::new(runner, pools, is_voice, schedule, m)
         });
         Ok(Runtime {
             limits: Arc::new(limits),
@@ -166,6 +188,25 @@ impl Runtime {
             logprobs: request.logprobs,
             to: actor.clone().recipient(),
         };
+        let result = match self.coordinator.send(enqueue).await {
+            Ok(result) => result,
+            Err(_) => Err(SubmitError::Closed),
+        };
+        if result.is_err() {
+            actor.do_send(Abort);
+        }
+        result.map(|()| receiver)
+    }
+
+    /// Queues a voice request on voice model `model`; its audio arrives as events, and dropping the receiver cancels it.
+    pub async fn submit_voice(&self, model: ModelId, input: VoiceInput) -> Result<mpsc::Receiver<Event>, SubmitError> {
+        let lane_id = self.next_lane.fetch_add(1, Ordering::Relaxed);
+        let num_ids = input.chunks.iter().map(Vec::len).sum();
+        // Windows are not known in advance; this bounds the audio a slow client can leave unread.
+        let (events, receiver) = mpsc::channel(MAX_VOICE_EVENTS);
+        let actor = RequestActor::new_voice(lane_id, num_ids, events, self.coordinator.clone(), self.metrics.clone());
+        let actor = actor.start();
+        let enqueue = EnqueueVoice { lane_id, model, input, to: actor.clone().recipient() };
         let result = match self.coordinator.send(enqueue).await {
             Ok(result) => result,
             Err(_) => Err(SubmitError::Closed),

@@ -8,12 +8,12 @@ use tokio::sync::mpsc::Receiver;
 use crate::coordinator::Schedule;
 use crate::engine::{Codec, CodecJob, Engine, KvLayout, KvPool, LaneStep, Logits};
 use crate::request_types::{Event, FinishReason, FrameSink, Output, SubmitError, TextDecoder, ValidRequest};
-use crate::runtime::{ModelSpec, Runtime, RuntimeConfig};
+use crate::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
 
 const VOCAB: usize = 64;
 
 /// Logits that depend on the lane's last token and absolute position only.
-struct FakeEngine;
+pub(crate) struct FakeEngine;
 
 impl Engine for FakeEngine {
     fn kv_layout(&self, page_tokens: usize) -> KvLayout {
@@ -52,15 +52,15 @@ impl TextDecoder for Ids {
     }
 }
 
-async fn start(parallel: usize, max_waiting: usize, kv_pages: usize) -> Runtime {
+pub(crate) async fn start(parallel: usize, max_waiting: usize, kv_pages: usize) -> Runtime {
     let schedule = Schedule { round_tokens: 8, parallel, max_waiting };
     let cfg = RuntimeConfig { page_tokens: 4, kv_pages: Some(kv_pages), memory_limit: None, schedule };
-    let model =
-        ModelSpec { engine: Box::new(FakeEngine), codec: None, context: 256, weight_bytes: 0, activation_bytes: 0 };
+    let kind = ModelKind::Tokens { engine: Box::new(FakeEngine), codec: None };
+    let model = ModelSpec { kind, context: 256, weight_bytes: 0, activation_bytes: 0 };
     Runtime::start(vec![model], cfg).await.unwrap()
 }
 
-fn request(i: u64) -> ValidRequest {
+pub(crate) fn request(i: u64) -> ValidRequest {
     let sampling = SamplingParams { temperature: if i % 2 == 0 { 0.0 } else { 1.0 }, seed: i, ..Default::default() };
     ValidRequest {
         model: 0,
@@ -74,7 +74,7 @@ fn request(i: u64) -> ValidRequest {
     }
 }
 
-async fn collect(mut rx: Receiver<Event>) -> (String, Option<FinishReason>) {
+pub(crate) async fn collect(mut rx: Receiver<Event>) -> (String, Option<FinishReason>) {
     let mut text = String::new();
     while let Some(event) = rx.recv().await {
         match event {
@@ -87,7 +87,7 @@ async fn collect(mut rx: Receiver<Event>) -> (String, Option<FinishReason>) {
     (text, None)
 }
 
-async fn settle(rt: &Runtime) {
+pub(crate) async fn settle(rt: &Runtime) {
     for _ in 0..200 {
         let m = rt.metrics();
         if m.requests_running() == 0 && m.requests_waiting() == 0 && m.kv_pages().0 == 0 {
@@ -189,8 +189,7 @@ async fn start_with_speech(parallel: usize) -> Runtime {
     let schedule = Schedule { round_tokens: 8, parallel, max_waiting: 64 };
     let cfg = RuntimeConfig { page_tokens: 4, kv_pages: Some(256), memory_limit: None, schedule };
     let model = |codec: Option<Box<dyn Codec>>| ModelSpec {
-        engine: Box::new(FakeEngine),
-        codec,
+        kind: ModelKind::Tokens { engine: Box::new(FakeEngine), codec },
         context: 256,
         weight_bytes: 0,
         activation_bytes: 0,

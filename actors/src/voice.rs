@@ -1,0 +1,158 @@
+//! Voices that speak without tokens: a lane prepares each sentence in one round, then makes audio a window per round.
+
+use actix::prelude::*;
+
+use crate::engine::ModelId;
+
+/// What a voice lane speaks: sentence chunks as the voice's input ids, at a speed, with noise from a seed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VoiceInput {
+    pub chunks: Vec<Vec<i64>>,
+    pub speed: f32,
+    pub seed: u64,
+}
+
+/// A voice model, run on the engine thread.
+pub trait Voice: Send + Sync {
+    /// A lane's state before its first step.
+    fn start(&self, input: VoiceInput) -> Box<dyn VoiceState>;
+}
+
+/// One lane's synthesis state; the runtime moves it to the engine thread for each step and back.
+pub trait VoiceState: Send {
+    /// One round's work: prepare the next sentence or make the next window; `None` when the audio is complete.
+    fn step(&mut self) -> Result<Option<Vec<f32>>, String>;
+}
+
+/// A voice request waiting for a lane.
+#[derive(Message)]
+#[rtype(result = "Result<(), crate::request_types::SubmitError>")]
+pub struct EnqueueVoice {
+    pub lane_id: u64,
+    pub model: ModelId,
+    pub input: VoiceInput,
+    pub to: Recipient<VoiceAudio>,
+}
+
+/// A window of a voice lane's audio; `finished` on its last message.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct VoiceAudio {
+    pub pcm: Result<Vec<f32>, String>,
+    pub finished: bool,
+}
+
+/// What a voice lane does in a round.
+pub enum VoiceWork {
+    Start(VoiceInput),
+    Step(Box<dyn VoiceState>),
+}
+
+impl std::fmt::Debug for VoiceWork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VoiceWork::Start(input) => f.debug_tuple("Start").field(input).finish(),
+            VoiceWork::Step(_) => f.write_str("Step"),
+        }
+    }
+}
+
+/// A voice lane's step in a round plan.
+#[derive(Debug)]
+pub struct PlannedVoice {
+    pub lane_id: u64,
+    pub model: ModelId,
+    pub work: VoiceWork,
+}
+
+/// What a step made, and the state to keep for the next one.
+pub struct VoiceOutput {
+    pub lane_id: u64,
+    pub state: Option<Box<dyn VoiceState>>,
+    pub result: Result<Option<Vec<f32>>, String>,
+}
+
+/// Runs one planned step on the engine thread.
+pub fn run_step(voice: Option<&dyn Voice>, planned: PlannedVoice) -> VoiceOutput {
+    let lane_id = planned.lane_id;
+    let Some(voice) = voice else {
+        let result = Err(format!("model {} is not a voice", planned.model));
+        return VoiceOutput { lane_id, state: None, result };
+    };
+    let mut state = match planned.work {
+        VoiceWork::Start(input) => voice.start(input),
+        VoiceWork::Step(state) => state,
+    };
+    let result = state.step();
+    VoiceOutput { lane_id, state: Some(state), result }
+}
+
+struct VoiceLane {
+    lane_id: u64,
+    model: ModelId,
+    to: Recipient<VoiceAudio>,
+    /// `None` while the lane's step is in the round in flight.
+    work: Option<VoiceWork>,
+}
+
+/// The coordinator's voice lanes and their queue.
+#[derive(Default)]
+pub struct VoiceLanes {
+    waiting: std::collections::VecDeque<EnqueueVoice>,
+    lanes: Vec<VoiceLane>,
+}
+
+impl VoiceLanes {
+    pub fn num_running(&self) -> usize {
+        self.lanes.len()
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn enqueue(&mut self, request: EnqueueVoice) {
+        self.waiting.push_back(request);
+    }
+
+    /// Gives the first waiting request a lane; false when none waits.
+    pub fn admit_one(&mut self) -> bool {
+        let Some(r) = self.waiting.pop_front() else { return false };
+        let work = Some(VoiceWork::Start(r.input));
+        self.lanes.push(VoiceLane { lane_id: r.lane_id, model: r.model, to: r.to, work });
+        true
+    }
+
+    /// One step for every lane not already in flight.
+    pub fn plan(&mut self) -> Vec<PlannedVoice> {
+        let ready = self.lanes.iter_mut().filter_map(|l| Some((l.lane_id, l.model, l.work.take()?)));
+        ready.map(|(lane_id, model, work)| PlannedVoice { lane_id, model, work }).collect()
+    }
+
+    /// Sends each step's audio; a lane whose audio is complete or failed ends.
+    pub fn apply(&mut self, outputs: Vec<VoiceOutput>) {
+        for out in outputs {
+            let Some(i) = self.lanes.iter().position(|l| l.lane_id == out.lane_id) else { continue };
+            match (out.result, out.state) {
+                (Ok(Some(pcm)), Some(state)) => {
+                    self.lanes[i].to.do_send(VoiceAudio { pcm: Ok(pcm), finished: false });
+                    self.lanes[i].work = Some(VoiceWork::Step(state));
+                }
+                (Ok(_), _) => {
+                    self.lanes.swap_remove(i).to.do_send(VoiceAudio { pcm: Ok(Vec::new()), finished: true });
+                }
+                (Err(e), _) => self.lanes.swap_remove(i).to.do_send(VoiceAudio { pcm: Err(e), finished: true }),
+            }
+        }
+    }
+
+    pub fn release(&mut self, lane_id: u64) {
+        self.waiting.retain(|r| r.lane_id != lane_id);
+        self.lanes.retain(|l| l.lane_id != lane_id);
+    }
+
+    pub fn clear(&mut self) {
+        self.waiting.clear();
+        self.lanes.clear();
+    }
+}
