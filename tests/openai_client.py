@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Drives a running tensorfold server through the official `openai` package; exits non-zero on any failure.
 
-Run by tests/openai_client.rs: python tests/openai_client.py --base-url http://127.0.0.1:PORT/v1
+Run by tests/openai_client.rs: python tests/openai_client.py --base-url http://127.0.0.1:PORT/v1 [--speech]
 """
 
 import argparse
+import struct
 import sys
 
 import openai
 
 FRANCE = "What is the capital of France?"
+SPEECH_TEXT = "Hello there, how are you today?"
+WAV_HEADER_BYTES = 44
+SAMPLE_RATE = 24000
 
 
 def check(condition, message):
@@ -72,10 +76,37 @@ def bad_request_surfaces(client, model):
     raise AssertionError("empty messages did not raise openai.BadRequestError")
 
 
+def speech_bytes(client, response_format):
+    with client.audio.speech.with_streaming_response.create(
+        model="drama", voice="tara", input=SPEECH_TEXT, response_format=response_format, extra_body={"seed": 7}
+    ) as response:
+        check(response.status_code == 200, f"status {response.status_code}")
+        check(response.headers.get("x-sample-rate") == str(SAMPLE_RATE), f"headers {dict(response.headers)}")
+        return b"".join(response.iter_bytes())
+
+
+def speech_pcm(client, model):
+    audio = speech_bytes(client, "pcm")
+    check(audio and len(audio) % 2 == 0, f"{len(audio)} bytes of 16-bit PCM")
+    check(any(audio), "the PCM is silent")
+    return audio
+
+
+def speech_wav(client, model):
+    audio = speech_bytes(client, "wav")
+    check(len(audio) > WAV_HEADER_BYTES, f"{len(audio)} bytes of WAV")
+    riff, wave, fmt, data = audio[0:4], audio[8:12], audio[12:16], audio[36:40]
+    check((riff, wave, fmt, data) == (b"RIFF", b"WAVE", b"fmt ", b"data"), f"chunk tags {riff, wave, fmt, data}")
+    fields = struct.unpack("<HHIIHH", audio[20:36])
+    check(fields == (1, 1, SAMPLE_RATE, SAMPLE_RATE * 2, 2, 16), f"fmt fields {fields}")
+    return audio[WAV_HEADER_BYTES:]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True, help="the server's /v1 URL")
     parser.add_argument("--api-key", default="unused", help="sent as the Bearer token")
+    parser.add_argument("--speech", action="store_true", help="also run the /v1/audio/speech cases")
     args = parser.parse_args()
     client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key, timeout=300, max_retries=0)
     models = client.models.list().data
@@ -84,12 +115,15 @@ def main():
 
     failures = 0
     results = {}
-    for name, case in [
+    cases = [
         ("chat", chat_non_streaming),
         ("chat_stream", chat_streaming),
         ("completions", completions),
         ("bad_request", bad_request_surfaces),
-    ]:
+    ]
+    if args.speech:
+        cases += [("speech_pcm", speech_pcm), ("speech_wav", speech_wav)]
+    for name, case in cases:
         try:
             results[name] = case(client, model)
             print(f"ok   {name}")
@@ -99,6 +133,9 @@ def main():
     if "chat" in results and "chat_stream" in results and results["chat"] != results["chat_stream"]:
         failures += 1
         print(f"FAIL greedy chat streamed {results['chat_stream']!r} != plain {results['chat']!r}")
+    if "speech_pcm" in results and "speech_wav" in results and results["speech_pcm"] != results["speech_wav"]:
+        failures += 1
+        print("FAIL the WAV samples differ from the PCM of the same seed")
     sys.exit(1 if failures else 0)
 
 

@@ -1,4 +1,4 @@
-//! The official `openai` Python package against `tensorfold serve`: tests/openai_client.py must exit 0.
+//! The official `openai` Python package against `tensorfold serve` (text and speech): openai_client.py must exit 0.
 
 // The in-process model loader in `common` is for the other test binaries.
 #[allow(dead_code)]
@@ -26,11 +26,13 @@ fn python_with_openai() -> Option<String> {
 #[test]
 fn test_official_openai_client_works() {
     let Some(python) = python_with_openai() else { return };
-    let server = Server::start(&[]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let drama = root.join("tests/data/drama");
+    let server = Server::start(&["--speech-model", drama.to_str().expect("a UTF-8 path")]);
+    let script = root.join("tests/openai_client.py");
     let output = Command::new(&python)
         .arg(&script)
-        .args(["--base-url", &format!("{}/v1", server.base_url())])
+        .args(["--base-url", &format!("{}/v1", server.base_url()), "--speech"])
         .output()
         .expect("running tests/openai_client.py");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -42,4 +44,6 @@ fn test_official_openai_client_works() {
         server.stderr()
     );
     assert!(stdout.contains("ok   chat_stream"), "the script ran no streaming case:\n{stdout}");
+    assert!(stdout.contains("ok   speech_pcm"), "the script ran no speech case:\n{stdout}");
+    assert!(stdout.contains("ok   speech_wav"), "the script ran no WAV speech case:\n{stdout}");
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -33,10 +34,15 @@ impl Server {
     /// Starts `tensorfold serve --port 0` on the default model with `extra` flags and waits until healthy.
     pub fn start(extra: &[&str]) -> Server {
         let model = tensorfold::fetch::default_model_path().expect("fetching the default model");
+        Server::start_with_model(&model, extra)
+    }
+
+    /// Starts `tensorfold serve --port 0 --model MODEL` with `extra` flags and waits until healthy.
+    pub fn start_with_model(model: &Path, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tensorfold"))
             .arg("serve")
             .arg("--model")
-            .arg(&model)
+            .arg(model)
             .args(["--host", "127.0.0.1", "--port", "0"])
             .args(extra)
             .stdin(Stdio::null())
@@ -122,6 +128,11 @@ impl Server {
     pub fn send_json(&self, path: &str, body: &Value) -> TcpStream {
         send(&self.addr, "POST", path, &[("Content-Type", "application/json")], Some(body.to_string().as_bytes()))
             .expect("sending the request")
+    }
+
+    /// Sends a POST and reads the response head; the body is then read as it arrives.
+    pub fn open_body(&self, path: &str, body: &Value) -> BodyStream {
+        BodyStream::open(self.send_json(path, body)).expect("reading the response head")
     }
 
     /// Sends a POST and reads the response head; events are then read one at a time.
@@ -323,6 +334,33 @@ impl<R: BufRead> Read for BodyReader<R> {
             }
             _ => Ok(n),
         }
+    }
+}
+
+/// A response whose body is read as it arrives; dropping it closes the connection.
+pub struct BodyStream {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    body: BodyReader<BufReader<TcpStream>>,
+}
+
+impl BodyStream {
+    fn open(stream: TcpStream) -> io::Result<BodyStream> {
+        let mut reader = BufReader::new(stream);
+        let (status, headers) = read_head(&mut reader)?;
+        let body = BodyReader::new(reader, &headers);
+        Ok(BodyStream { status, headers, body })
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+impl Read for BodyStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.body.read(buf)
     }
 }
 
