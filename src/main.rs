@@ -14,7 +14,7 @@ use tensorfold::sampling::SamplingParams;
 
 use tensorfold::server::validate::TokenizerDecoder;
 use tensorfold::server::ServeConfig;
-use tensorfold::speech::{SpeechFrontEnd, MAX_INPUT_CHARS};
+use tensorfold::speech::{Speaker, Speakers, SpeechFrontEnd, MAX_INPUT_CHARS};
 use tensorfold_actors::coordinator::Schedule;
 use tensorfold_actors::engine::Logits;
 use tensorfold_actors::request_types::{Event, Output, ValidRequest};
@@ -358,9 +358,11 @@ fn serve(args: ServeArgs) -> Result<()> {
             } else {
                 models.push(spec);
             }
-            Some(Arc::new(front))
+            let mut speakers = Speakers::default();
+            speakers.push(Speaker::Drama(Arc::new(front)));
+            speakers
         }
-        None => None,
+        None => Speakers::default(),
     };
     let serve =
         ServeConfig { host: args.host, port: args.port, max_body_bytes: args.max_body_bytes, api_key: args.api_key };
@@ -373,8 +375,11 @@ fn serve(args: ServeArgs) -> Result<()> {
 
 fn speak(args: SpeakArgs) -> Result<()> {
     let chars = args.text.chars().count();
-    if args.text.trim().is_empty() || chars > MAX_INPUT_CHARS {
-        bail!("--text must hold 1 to {MAX_INPUT_CHARS} characters, not {chars}");
+    if args.text.trim().is_empty() {
+        bail!("--text is empty or only whitespace");
+    }
+    if chars > MAX_INPUT_CHARS {
+        bail!("--text must hold at most {MAX_INPUT_CHARS} characters, not {chars}");
     }
     let Some(dir) = args.speech_model else { bail!("no speech model: pass --speech-model DIR (a Drama checkpoint)") };
     let (spec_model, front) =

@@ -1,4 +1,4 @@
-//! Speech requests for the runtime: a Drama checkpoint split into its model lane and the front end that builds requests.
+//! Speech requests for the runtime: the speakers a server holds (Drama checkpoints and voices) and their front ends.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tensorfold_actors::engine::ModelId;
 use tensorfold_actors::request_types::{Output, ValidRequest};
 use tensorfold_actors::runtime::{ModelKind, ModelSpec};
+use tensorfold_actors::voice::VoiceInput;
 use tensorfold_audio::snac::NUM_CODEBOOKS;
 
 use crate::drama::stream::{DramaFrames, SnacCodec};
@@ -83,8 +84,7 @@ impl SpeechFrontEnd {
     pub fn request(&self, voice: &Voice, text: &str, seed: u64) -> Result<ValidRequest, DramaError> {
         let prompt = self.layout.build_prompt(&self.tokenizer, voice, text)?;
         if prompt.len() >= self.context {
-            let max_position = self.context;
-            return Err(DramaError::TooLong { prompt_tokens: prompt.len(), max_tokens: 1, max_position });
+            return Err(DramaError::PromptTooLong { prompt_tokens: prompt.len(), max_position: self.context });
         }
         let frames = DramaFrames::with_context(&self.layout, self.codes_per_frame, self.context_frames);
         Ok(ValidRequest {
@@ -97,5 +97,73 @@ impl SpeechFrontEnd {
             logprobs: None,
             output: Output::Speech(Box::new(frames)),
         })
+    }
+}
+
+/// A voice's text front end: text to the input of its voice lane.
+pub trait VoiceText: Send + Sync {
+    fn input(&self, text: &str, speed: f32, seed: u64) -> Result<VoiceInput, String>;
+}
+
+/// A voice model served through voice lanes.
+pub struct VoiceSpeaker {
+    pub model: ModelId,
+    pub voices: Voices,
+    pub text: Arc<dyn VoiceText>,
+    pub sample_rate: u32,
+}
+
+pub enum Speaker {
+    Drama(Arc<SpeechFrontEnd>),
+    Voice(VoiceSpeaker),
+}
+
+impl Speaker {
+    pub fn voices(&self) -> &Voices {
+        match self {
+            Speaker::Drama(front) => front.voices(),
+            Speaker::Voice(v) => &v.voices,
+        }
+    }
+
+    pub fn sample_rate(&self) -> u32 {
+        match self {
+            Speaker::Drama(front) => front.sample_rate(),
+            Speaker::Voice(v) => v.sample_rate,
+        }
+    }
+}
+
+/// Every speaker a server holds; a request's voice picks the speaker, and the first speaker's default voice is the default.
+#[derive(Default)]
+pub struct Speakers {
+    list: Vec<Speaker>,
+}
+
+impl Speakers {
+    pub fn push(&mut self, speaker: Speaker) {
+        self.list.push(speaker);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    pub fn voice_names(&self) -> Vec<String> {
+        self.list.iter().flat_map(|s| s.voices().names().iter().cloned()).collect()
+    }
+
+    /// The speaker that knows `voice` (or the default voice), with the checked voice.
+    pub fn pick(&self, voice: Option<&str>) -> Result<(&Speaker, Voice), DramaError> {
+        let Some(first) = self.list.first() else {
+            return Err(DramaError::UnknownVoice { voice: voice.unwrap_or_default().into(), valid: Vec::new() });
+        };
+        let Some(name) = voice else { return Ok((first, first.voices().default_voice())) };
+        for speaker in &self.list {
+            if let Ok(voice) = speaker.voices().check(Some(name)) {
+                return Ok((speaker, voice));
+            }
+        }
+        Err(DramaError::UnknownVoice { voice: name.into(), valid: self.voice_names() })
     }
 }

@@ -63,6 +63,8 @@ pub enum DramaError {
         "a prompt of {prompt_tokens} tokens and {max_tokens} new tokens exceed the model's {max_position} positions"
     )]
     TooLong { prompt_tokens: usize, max_tokens: usize, max_position: usize },
+    #[error("the text makes a prompt of {prompt_tokens} tokens, which leaves no room in the model's {max_position} positions")]
+    PromptTooLong { prompt_tokens: usize, max_position: usize },
 }
 
 /// Sampling as the reference Orpheus engine does it: temperature 0.6, top-p 0.8, repetition penalty 1.3.
@@ -182,6 +184,11 @@ struct VoicesFile {
 }
 
 impl Voices {
+    /// A set of voice names with the default at `default`; `None` if the set is empty or `default` is past its end.
+    pub fn new(names: Vec<String>, default: usize) -> Option<Self> {
+        (default < names.len()).then_some(Voices { names, default })
+    }
+
     pub fn orpheus() -> Self {
         let names = ORPHEUS_VOICES.iter().map(|v| v.to_string()).collect();
         let default = ORPHEUS_VOICES.iter().position(|v| *v == ORPHEUS_DEFAULT_VOICE).unwrap_or(0);

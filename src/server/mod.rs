@@ -15,14 +15,16 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix_web::HttpServer;
+use tensorfold_actors::engine::ModelId;
 use tensorfold_actors::request_types::{Event, SubmitError, ValidRequest};
 use tensorfold_actors::runtime::{Limits, Runtime};
+use tensorfold_actors::voice::VoiceInput;
 use tokio::sync::mpsc;
 
 pub use error::ApiError;
 pub use routes::{app, configure};
 
-use crate::speech::SpeechFrontEnd;
+use crate::speech::Speakers;
 use crate::tokenizer::Tokenizer;
 
 /// What the handlers need from the runtime; `Runtime` is the one real implementation.
@@ -30,12 +32,18 @@ pub trait Backend: Clone + 'static {
     fn limits(&self) -> Limits;
     /// Queues a request; dropping the receiver cancels it.
     fn submit(&self, request: ValidRequest) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>>;
+    /// Queues a voice lane on voice model `model`; dropping the receiver cancels it.
+    fn submit_voice(
+        &self,
+        model: ModelId,
+        input: VoiceInput,
+    ) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>>;
     fn is_ready(&self) -> bool;
     fn metrics_text(&self) -> impl Future<Output = String>;
 }
 
 /// The runtime model that serves the text routes.
-pub const TEXT_MODEL: tensorfold_actors::engine::ModelId = 0;
+pub const TEXT_MODEL: ModelId = 0;
 
 impl Backend for Runtime {
     fn limits(&self) -> Limits {
@@ -45,6 +53,14 @@ impl Backend for Runtime {
 
     fn submit(&self, request: ValidRequest) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>> {
         Runtime::submit(self, request)
+    }
+
+    fn submit_voice(
+        &self,
+        model: ModelId,
+        input: VoiceInput,
+    ) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>> {
+        Runtime::submit_voice(self, model, input)
     }
 
     fn is_ready(&self) -> bool {
@@ -67,13 +83,13 @@ pub struct AppState<B = Runtime> {
     pub api_key: Option<String>,
     /// Unix seconds, reported as the model's `created`.
     pub created: u64,
-    /// The speech model behind `/v1/audio/speech`, if one is loaded.
-    pub speech: Option<Arc<SpeechFrontEnd>>,
+    /// The speakers behind `/v1/audio/speech`; empty when no speech model is loaded.
+    pub speakers: Arc<Speakers>,
 }
 
 impl<B: Backend> AppState<B> {
     pub fn new(runtime: B, tokenizer: Arc<Tokenizer>, model_name: String, api_key: Option<String>) -> AppState<B> {
-        AppState { runtime, tokenizer, model_name, api_key, created: unix_now(), speech: None }
+        AppState { runtime, tokenizer, model_name, api_key, created: unix_now(), speakers: Arc::default() }
     }
 }
 
@@ -107,9 +123,10 @@ pub async fn run(
     runtime: Runtime,
     tokenizer: Arc<Tokenizer>,
     model_name: String,
-    speech: Option<Arc<SpeechFrontEnd>>,
+    speakers: Speakers,
 ) -> std::io::Result<()> {
-    let state = AppState { speech, ..AppState::new(runtime, tokenizer, model_name, config.api_key) };
+    let speakers = Arc::new(speakers);
+    let state = AppState { speakers, ..AppState::new(runtime, tokenizer, model_name, config.api_key) };
     let max_body_bytes = config.max_body_bytes;
     let server =
         HttpServer::new(move || app(state.clone(), max_body_bytes)).bind((config.host.as_str(), config.port))?;

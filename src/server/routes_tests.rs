@@ -75,6 +75,14 @@ impl Backend for Scripted {
         }
     }
 
+    fn submit_voice(
+        &self,
+        _: tensorfold_actors::engine::ModelId,
+        _: tensorfold_actors::voice::VoiceInput,
+    ) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>> {
+        std::future::ready(Err(SubmitError::Closed))
+    }
+
     fn is_ready(&self) -> bool {
         self.ready
     }

@@ -14,7 +14,7 @@ use super::error::ApiError;
 use super::openai::Fields;
 use super::routes::{read_body, BodyLimit};
 use super::{random_u64, AppState, Backend};
-use crate::speech::MAX_INPUT_CHARS;
+use crate::speech::{Speaker, MAX_INPUT_CHARS};
 
 /// The response header that carries the sample rate of the PCM.
 pub const SAMPLE_RATE_HEADER: &str = "x-sample-rate";
@@ -42,6 +42,7 @@ pub struct SpeechRequest {
     pub voice: Option<String>,
     pub format: AudioFormat,
     pub stream_format: StreamFormat,
+    pub speed: f64,
     pub seed: Option<u64>,
 }
 
@@ -51,7 +52,10 @@ impl SpeechRequest {
         let _model: String = fields.take("model")?.ok_or_else(|| ApiError::invalid("model", "'model' is required"))?;
         let input: String = fields.take("input")?.ok_or_else(|| ApiError::invalid("input", "'input' is required"))?;
         let chars = input.chars().count();
-        if input.trim().is_empty() || chars > MAX_INPUT_CHARS {
+        if input.trim().is_empty() {
+            return Err(ApiError::invalid("input", "'input' is empty or only whitespace"));
+        }
+        if chars > MAX_INPUT_CHARS {
             let message = format!("'input' must hold 1 to {MAX_INPUT_CHARS} characters of text, not {chars}");
             return Err(ApiError::invalid("input", message));
         }
@@ -71,20 +75,22 @@ impl SpeechRequest {
                 return Err(ApiError::invalid("stream_format", message));
             }
         };
-        if let Some(speed) = fields.take::<f64>("speed")? {
-            if !(MIN_SPEED..=MAX_SPEED).contains(&speed) {
-                let message = format!("'speed' must be between {MIN_SPEED} and {MAX_SPEED}, not {speed}");
-                return Err(ApiError::invalid("speed", message));
-            }
-            if speed != 1.0 {
-                let message = format!("'speed' {speed} is not supported: this model speaks at speed 1.0 only");
-                return Err(ApiError::invalid("speed", message));
-            }
+        let speed = fields.take::<f64>("speed")?.unwrap_or(1.0);
+        if !(MIN_SPEED..=MAX_SPEED).contains(&speed) {
+            let message = format!("'speed' must be between {MIN_SPEED} and {MAX_SPEED}, not {speed}");
+            return Err(ApiError::invalid("speed", message));
         }
         if fields.take::<String>("instructions")?.is_some_and(|i| !i.trim().is_empty()) {
             return Err(ApiError::invalid("instructions", "'instructions' is not supported by this model"));
         }
-        Ok(SpeechRequest { input, voice: fields.take("voice")?, format, stream_format, seed: fields.take("seed")? })
+        Ok(SpeechRequest {
+            input,
+            voice: fields.take("voice")?,
+            format,
+            stream_format,
+            speed,
+            seed: fields.take("seed")?,
+        })
     }
 }
 
@@ -95,21 +101,39 @@ pub(super) async fn speech<B: Backend>(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload, limit.0).await?;
-    let Some(front) = state.speech.clone() else {
+    if state.speakers.is_empty() {
         let message = "no speech model is loaded; start the server with --speech-model DIR";
         return Err(ApiError::invalid("model", message));
-    };
+    }
     let request = SpeechRequest::from_json(&body)?;
-    let voice =
-        front.voices().check(request.voice.as_deref()).map_err(|e| ApiError::invalid("voice", e.to_string()))?;
+    let speakers = state.speakers.clone();
+    let (speaker, voice) =
+        speakers.pick(request.voice.as_deref()).map_err(|e| ApiError::invalid("voice", e.to_string()))?;
     let seed = request.seed.unwrap_or_else(random_u64);
-    let input = request.input.clone();
-    let valid = web::block(move || front.request(&voice, &input, seed))
-        .await
-        .map_err(|e| ApiError::Internal(format!("preparing the request: {e}")))?
-        .map_err(|e| ApiError::invalid("input", e.to_string()))?;
-    let events = state.runtime.submit(valid).await?;
-    let rate = state.speech.as_ref().map_or(0, |f| f.sample_rate());
+    let rate = speaker.sample_rate();
+    let events = match speaker {
+        Speaker::Drama(front) => {
+            if request.speed != 1.0 {
+                let (speed, name) = (request.speed, voice.name());
+                let message = format!("'speed' {speed} is not supported: voice {name} speaks at speed 1.0 only");
+                return Err(ApiError::invalid("speed", message));
+            }
+            let (front, input) = (front.clone(), request.input.clone());
+            let valid = web::block(move || front.request(&voice, &input, seed))
+                .await
+                .map_err(|e| ApiError::Internal(format!("preparing the request: {e}")))?
+                .map_err(|e| ApiError::invalid("input", e.to_string()))?;
+            state.runtime.submit(valid).await?
+        }
+        Speaker::Voice(v) => {
+            let (text, input, speed) = (v.text.clone(), request.input.clone(), request.speed as f32);
+            let lane = web::block(move || text.input(&input, speed, seed))
+                .await
+                .map_err(|e| ApiError::Internal(format!("preparing the request: {e}")))?
+                .map_err(|e| ApiError::invalid("input", e))?;
+            state.runtime.submit_voice(v.model, lane).await?
+        }
+    };
     let mut response = HttpResponse::Ok();
     response.insert_header((SAMPLE_RATE_HEADER, rate.to_string())).insert_header((header::CACHE_CONTROL, "no-cache"));
     response.insert_header(("X-Accel-Buffering", "no"));
