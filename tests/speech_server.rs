@@ -243,8 +243,8 @@ fn test_bad_speech_requests_are_openai_400s_naming_the_field() {
         body
     };
     let cases = [
-        (ok(json!({"input": ""})), "input", "4096"),
-        (ok(json!({"input": " \n\t "})), "input", "4096"),
+        (ok(json!({"input": ""})), "input", "empty"),
+        (ok(json!({"input": " \n\t "})), "input", "whitespace"),
         (ok(json!({"input": over_limit})), "input", "4097"),
         (ok(json!({"voice": "nobody"})), "voice", "tara"),
         (ok(json!({"response_format": "mp3"})), "response_format", "mp3"),
