@@ -1,15 +1,11 @@
 //! NoiseBlock noise drawn from (seed, block, absolute position) alone, so a window decodes like the whole.
 
-use tensorfold_kernels::sampling::uniform;
-
 /// Positions of one block stay below 2^48, so (block, position) pairs never share a counter.
 const POSITION_BITS: u32 = 48;
 
 /// A standard normal draw for `position` of decoder block `block`, by Box-Muller on two uniforms.
 pub(crate) fn normal(seed: u64, block: usize, position: u64) -> f32 {
-    let counter = (((block as u64) << POSITION_BITS) | position).wrapping_mul(2);
-    let (u1, u2) = (uniform(seed, counter), uniform(seed, counter + 1));
-    ((-2.0 * (1.0 - u1).ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+    crate::hibari::noise::normal(seed, ((block as u64) << POSITION_BITS) | position)
 }
 
 #[cfg(test)]
