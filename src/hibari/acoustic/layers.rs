@@ -1,0 +1,311 @@
+//! The network's building blocks over time-major rows `[time][channels]`; every row is computed alone.
+
+use rayon::prelude::*;
+use tensorfold_kernels::conv::{Conv1d, DepthwiseConv1d, Geometry};
+use tensorfold_kernels::matmul::matmul;
+use tensorfold_kernels::ops::dot;
+use tensorfold_kernels::Weight;
+
+use super::weights::GraphWeights;
+use super::AcousticError;
+
+/// The epsilon of every LayerNormalization node in the graph.
+pub const LAYER_NORM_EPS: f32 = 1e-5;
+
+/// `erf` for f32 arguments, computed in f64 to within about 1.2e-7 absolute.
+pub fn erf(x: f32) -> f32 {
+    let z = (x as f64).abs();
+    let r = if z < 0.5 {
+        // Maclaurin series: exact to far below f32 rounding here.
+        let z2 = z * z;
+        let mut term = z;
+        let mut sum = z;
+        for n in 1..12 {
+            term *= -z2 / n as f64;
+            sum += term / (2 * n + 1) as f64;
+        }
+        sum * std::f64::consts::FRAC_2_SQRT_PI
+    } else {
+        // Chebyshev fit of erfc (Numerical Recipes' erfcc), relative error below 1.2e-7.
+        let t = 1.0 / (1.0 + 0.5 * z);
+        let poly = -z * z - 1.265_512_23
+            + t * (1.000_023_68
+                + t * (0.374_091_96
+                    + t * (0.096_784_18
+                        + t * (-0.186_288_06
+                            + t * (0.278_868_07
+                                + t * (-1.135_203_98
+                                    + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
+        1.0 - t * poly.exp()
+    };
+    (if x < 0.0 { -r } else { r }) as f32
+}
+
+/// The graph's exact GELU, step by step as its nodes run: `x · (1 + erf(x / √2)) · 0.5`.
+pub fn gelu_in_place(x: &mut [f32]) {
+    x.par_chunks_mut(4096).for_each(|chunk| {
+        for v in chunk {
+            *v = *v * (1.0 + erf(*v / std::f32::consts::SQRT_2)) * 0.5;
+        }
+    });
+}
+
+/// LayerNormalization over the channels of each row; mean and variance are taken in f64.
+pub struct LayerNorm {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+impl LayerNorm {
+    pub fn load(w: &GraphWeights, prefix: &str, width: usize) -> Result<Self, AcousticError> {
+        Ok(Self { weight: w.f32(&format!("{prefix}.weight"), width)?, bias: w.f32(&format!("{prefix}.bias"), width)? })
+    }
+
+    pub fn forward(&self, x: &[f32]) -> Vec<f32> {
+        let n = self.weight.len();
+        let mut out = vec![0f32; x.len()];
+        out.par_chunks_mut(n).zip(x.par_chunks(n)).for_each(|(o, row)| {
+            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+            let (mean, std) = (mean as f32, ((var + LAYER_NORM_EPS as f64).sqrt()) as f32);
+            for (((o, v), w), b) in o.iter_mut().zip(row).zip(&self.weight).zip(&self.bias) {
+                *o = (v - mean) / std * w + b;
+            }
+        });
+        out
+    }
+}
+
+/// `y = x · W + b`, with W dequantized from the graph's int8 weight at load.
+pub struct Linear {
+    weight: Weight,
+    bias: Vec<f32>,
+}
+
+impl Linear {
+    /// The pointwise layer whose bias initializer is `bias_name`.
+    pub fn load(w: &GraphWeights, bias_name: &str, c_in: usize, c_out: usize) -> Result<Self, AcousticError> {
+        let weight = w.dequantized(bias_name, c_in, c_out)?;
+        Ok(Self { weight, bias: w.f32(bias_name, c_out)? })
+    }
+
+    pub fn forward(&self, x: &[f32]) -> Vec<f32> {
+        let (n, k) = (self.weight.rows(), self.weight.cols());
+        let num_rows = x.len() / k;
+        let mut out = vec![0f32; num_rows * n];
+        matmul(x, num_rows, &self.weight, &mut out);
+        out.par_chunks_mut(n).for_each(|row| row.iter_mut().zip(&self.bias).for_each(|(o, b)| *o += b));
+        out
+    }
+}
+
+/// Rows `want` of a sequence of `len` rows, taken from `rows` (which hold positions `have`), zeros outside it.
+pub fn with_context(rows: &[f32], width: usize, have: (usize, usize), want: (isize, isize), len: usize) -> Vec<f32> {
+    let mut out = vec![0f32; (want.1 - want.0) as usize * width];
+    for (i, pos) in (want.0..want.1).enumerate() {
+        if pos < 0 || pos as usize >= len {
+            continue;
+        }
+        let pos = pos as usize;
+        assert!(have.0 <= pos && pos < have.1, "with_context: position {pos} is not among rows {have:?}");
+        out[i * width..(i + 1) * width].copy_from_slice(&rows[(pos - have.0) * width..(pos - have.0 + 1) * width]);
+    }
+    out
+}
+
+/// The whole sequence between `pad` rows of zeros on each side.
+pub fn zero_padded(x: &[f32], width: usize, pad: usize) -> Vec<f32> {
+    let len = x.len() / width;
+    with_context(x, width, (0, len), (-(pad as isize), (len + pad) as isize), len)
+}
+
+/// A dense convolution run on rows that already hold its context: `reach` rows each side.
+pub struct DenseConv {
+    conv: Conv1d,
+    pub reach: usize,
+}
+
+impl DenseConv {
+    pub fn load(
+        w: &GraphWeights,
+        prefix: &str,
+        c_in: usize,
+        c_out: usize,
+        kernel: usize,
+    ) -> Result<Self, AcousticError> {
+        let weight = w.f32(&format!("{prefix}.weight"), c_out * c_in * kernel)?;
+        let bias = w.f32(&format!("{prefix}.bias"), c_out)?;
+        let geometry = Geometry { kernel, stride: 1, dilation: 1, padding: 0 };
+        Ok(Self { conv: Conv1d::from_torch(&weight, Some(bias), c_out, c_in, geometry), reach: (kernel - 1) / 2 })
+    }
+
+    /// `x` holds `reach` context rows on each side of the outputs.
+    pub fn forward(&self, x: &[f32]) -> Vec<f32> {
+        self.conv.forward(x, 1, x.len() / self.conv.c_in())
+    }
+
+    /// The whole sequence, zero padded at both ends as the graph's Conv pads.
+    pub fn forward_seq(&self, x: &[f32]) -> Vec<f32> {
+        self.forward(&zero_padded(x, self.conv.c_in(), self.reach))
+    }
+}
+
+/// A ConvNeXt-like block: depthwise conv, LayerNorm, pointwise MLP with GELU, gamma scale, residual.
+pub struct ConvNextBlock {
+    dw: DepthwiseConv1d,
+    norm: LayerNorm,
+    pw1: Linear,
+    pw2: Linear,
+    gamma: Vec<f32>,
+    width: usize,
+    /// Context rows each side that one output reads.
+    pub reach: usize,
+}
+
+impl ConvNextBlock {
+    /// `prefix` names the block's f32 initializers (dw, norm, gamma, pw biases).
+    pub fn load(
+        w: &GraphWeights,
+        prefix: &str,
+        width: usize,
+        hidden: usize,
+        kernel: usize,
+        dilation: usize,
+    ) -> Result<Self, AcousticError> {
+        let dw_weight = w.f32(&format!("{prefix}.dw.weight"), width * kernel)?;
+        let dw_bias = w.f32(&format!("{prefix}.dw.bias"), width)?;
+        let geometry = Geometry { kernel, stride: 1, dilation, padding: 0 };
+        Ok(Self {
+            dw: DepthwiseConv1d::from_torch(&dw_weight, Some(dw_bias), width, geometry),
+            norm: LayerNorm::load(w, &format!("{prefix}.norm"), width)?,
+            pw1: Linear::load(w, &format!("{prefix}.pw1.bias"), width, hidden)?,
+            pw2: Linear::load(w, &format!("{prefix}.pw2.bias"), hidden, width)?,
+            gamma: w.f32(&format!("{prefix}.gamma"), width)?,
+            width,
+            reach: (kernel - 1) * dilation / 2,
+        })
+    }
+
+    /// `x` holds `reach` context rows on each side of the outputs (zeros beyond the sequence).
+    pub fn forward(&self, x: &[f32]) -> Vec<f32> {
+        let c = self.width;
+        let rows = x.len() / c;
+        let mut h = self.dw.forward(x, 1, rows);
+        h = self.norm.forward(&h);
+        h = self.pw1.forward(&h);
+        gelu_in_place(&mut h);
+        h = self.pw2.forward(&h);
+        let residual = &x[self.reach * c..(rows - self.reach) * c];
+        h.par_chunks_mut(c).zip(residual.par_chunks(c)).for_each(|(o, r)| {
+            for ((o, g), r) in o.iter_mut().zip(&self.gamma).zip(r) {
+                *o = r + g * *o;
+            }
+        });
+        h
+    }
+
+    /// The whole sequence, zero padded at both ends.
+    pub fn forward_seq(&self, x: &[f32]) -> Vec<f32> {
+        self.forward(&zero_padded(x, self.width, self.reach))
+    }
+}
+
+/// A pre-norm transformer layer (self-attention over every position, then a GELU MLP), no mask.
+pub struct TransformerLayer {
+    norm1: LayerNorm,
+    in_proj: Linear,
+    out_proj: Linear,
+    norm2: LayerNorm,
+    linear1: Linear,
+    linear2: Linear,
+    width: usize,
+    num_heads: usize,
+}
+
+impl TransformerLayer {
+    pub fn load(
+        w: &GraphWeights,
+        prefix: &str,
+        width: usize,
+        hidden: usize,
+        heads: usize,
+    ) -> Result<Self, AcousticError> {
+        Ok(Self {
+            norm1: LayerNorm::load(w, &format!("{prefix}.norm1"), width)?,
+            in_proj: Linear::load(w, &format!("{prefix}.self_attn.in_proj_bias"), width, 3 * width)?,
+            out_proj: Linear::load(w, &format!("{prefix}.self_attn.out_proj.bias"), width, width)?,
+            norm2: LayerNorm::load(w, &format!("{prefix}.norm2"), width)?,
+            linear1: Linear::load(w, &format!("{prefix}.linear1.bias"), width, hidden)?,
+            linear2: Linear::load(w, &format!("{prefix}.linear2.bias"), hidden, width)?,
+            width,
+            num_heads: heads,
+        })
+    }
+
+    pub fn forward(&self, x: &mut [f32]) {
+        let qkv = self.in_proj.forward(&self.norm1.forward(x));
+        let attn = self.out_proj.forward(&self.attention(&qkv));
+        x.iter_mut().zip(&attn).for_each(|(x, a)| *x += a);
+        let mut h = self.linear1.forward(&self.norm2.forward(x));
+        gelu_in_place(&mut h);
+        let ff = self.linear2.forward(&h);
+        x.iter_mut().zip(&ff).for_each(|(x, f)| *x += f);
+    }
+
+    /// Softmax(q·kᵀ / √head_dim) · v per head, heads side by side in each output row.
+    fn attention(&self, qkv: &[f32]) -> Vec<f32> {
+        let (d, heads) = (self.width, self.num_heads);
+        let head_dim = d / heads;
+        let scale = (head_dim as f32).sqrt();
+        let len = qkv.len() / (3 * d);
+        let row = |t: usize, part: usize, h: usize| &qkv[t * 3 * d + part * d + h * head_dim..][..head_dim];
+        let mut out = vec![0f32; len * d];
+        out.par_chunks_mut(d).enumerate().for_each(|(i, o)| {
+            let mut p = vec![0f32; len];
+            for h in 0..heads {
+                let q = row(i, 0, h);
+                p.iter_mut().enumerate().for_each(|(j, s)| *s = dot(q, row(j, 1, h)) / scale);
+                softmax_in_place(&mut p);
+                let o = &mut o[h * head_dim..(h + 1) * head_dim];
+                for (j, pj) in p.iter().enumerate() {
+                    o.iter_mut().zip(row(j, 2, h)).for_each(|(o, v)| *o = pj.mul_add(*v, *o));
+                }
+            }
+        });
+        out
+    }
+}
+
+pub fn softmax_in_place(x: &mut [f32]) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let mut sum = 0f32;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    x.iter_mut().for_each(|v| *v /= sum);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_erf_matches_reference_values() {
+        // erf at a few points, from its series to 1e-12.
+        let cases: [(f32, f64); 5] =
+            [(0.0, 0.0), (0.1, 0.112_462_916), (0.5, 0.520_499_878), (1.0, 0.842_700_793), (2.0, 0.995_322_265)];
+        for (x, want) in cases {
+            assert!((erf(x) as f64 - want).abs() < 2e-7, "erf({x}) = {}", erf(x));
+            assert!((erf(-x) as f64 + want).abs() < 2e-7);
+        }
+        assert_eq!(erf(6.0), 1.0);
+    }
+
+    #[test]
+    fn test_with_context_zero_fills_outside_the_sequence() {
+        let rows = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(with_context(&rows, 1, (0, 4), (-1, 5), 4), [0.0, 1.0, 2.0, 3.0, 4.0, 0.0]);
+        assert_eq!(with_context(&rows[1..], 1, (1, 4), (1, 6), 4), [2.0, 3.0, 4.0, 0.0, 0.0]);
+    }
+}
