@@ -154,8 +154,8 @@ impl AcousticModel {
         Ok(Prepared { num_frames: f0.len(), durations, dec_input, f0 })
     }
 
-    /// The frame-level phase for `frames` (within `0..prepared.num_frames`); any split of a sentence
-    /// into windows gives the same bits as one whole decode.
+    /// The frame-level phase for `frames`; any split of a sentence into windows gives the same bits as
+    /// one whole decode. Panics when `frames` is not within `0..prepared.num_frames`.
     pub fn decode_frames(&self, prepared: &Prepared, frames: Range<usize>) -> DecodedFrames {
         assert!(
             frames.start <= frames.end && frames.end <= prepared.num_frames,
