@@ -12,33 +12,9 @@ use super::AcousticError;
 /// The epsilon of every LayerNormalization node in the graph.
 pub const LAYER_NORM_EPS: f32 = 1e-5;
 
-/// `erf` for f32 arguments, computed in f64 to within about 1.2e-7 absolute.
+/// `erf` for f32 arguments, through libm's double-precision `erf`.
 pub fn erf(x: f32) -> f32 {
-    let z = (x as f64).abs();
-    let r = if z < 0.5 {
-        // Maclaurin series: exact to far below f32 rounding here.
-        let z2 = z * z;
-        let mut term = z;
-        let mut sum = z;
-        for n in 1..12 {
-            term *= -z2 / n as f64;
-            sum += term / (2 * n + 1) as f64;
-        }
-        sum * std::f64::consts::FRAC_2_SQRT_PI
-    } else {
-        // Chebyshev fit of erfc (Numerical Recipes' erfcc), relative error below 1.2e-7.
-        let t = 1.0 / (1.0 + 0.5 * z);
-        let poly = -z * z - 1.265_512_23
-            + t * (1.000_023_68
-                + t * (0.374_091_96
-                    + t * (0.096_784_18
-                        + t * (-0.186_288_06
-                            + t * (0.278_868_07
-                                + t * (-1.135_203_98
-                                    + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
-        1.0 - t * poly.exp()
-    };
-    (if x < 0.0 { -r } else { r }) as f32
+    libm::erf(x as f64) as f32
 }
 
 /// The graph's exact GELU, step by step as its nodes run: `x · (1 + erf(x / √2)) · 0.5`.
