@@ -15,6 +15,7 @@ pub mod llama;
 pub mod model;
 pub mod onnx;
 pub mod server;
+pub mod speak;
 pub mod speech;
 pub mod tokenizer;
 

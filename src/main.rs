@@ -14,12 +14,11 @@ use tensorfold::sampling::SamplingParams;
 
 use tensorfold::server::validate::TokenizerDecoder;
 use tensorfold::server::ServeConfig;
-use tensorfold::speech::{Speaker, Speakers, SpeechFrontEnd, MAX_INPUT_CHARS};
+use tensorfold::speech::{Speaker, Speakers, SpeechFrontEnd};
 use tensorfold_actors::coordinator::Schedule;
 use tensorfold_actors::engine::Logits;
 use tensorfold_actors::request_types::{Event, Output, ValidRequest};
 use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
-use tensorfold_audio::pcm::to_i16;
 
 #[derive(Parser)]
 #[command(name = "tensorfold", version, about = "A streaming inference server for text and speech")]
@@ -38,13 +37,13 @@ enum Command {
     Fetch,
     /// Serve the OpenAI-compatible HTTP API.
     Serve(ServeArgs),
-    /// Speak text with a speech model and write it to a WAV file.
+    /// Speak text (default: the hibari voice) and write it to a WAV file.
     Speak(SpeakArgs),
 }
 
 #[derive(Args)]
 struct SpeakArgs {
-    /// A Drama speech checkpoint: an Orpheus-layout Llama directory with its SNAC codec in DIR/snac.
+    /// A Drama speech checkpoint (an Orpheus-layout Llama directory with its SNAC codec in DIR/snac); default: the hibari voice.
     #[arg(long, value_name = "DIR")]
     speech_model: Option<PathBuf>,
     /// The text to speak.
@@ -56,6 +55,9 @@ struct SpeakArgs {
     /// Random seed; the same seed gives the same audio.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Speaking rate, 0.25 to 4.0 (the default voice only; Drama speaks at 1.0).
+    #[arg(long, default_value_t = 1.0)]
+    speed: f32,
     /// Where to write the 16-bit mono WAV file.
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
@@ -175,7 +177,14 @@ fn main() {
         Command::Generate(args) => generate(args),
         Command::Bench(args) => bench(args),
         Command::Serve(args) => serve(args),
-        Command::Speak(args) => speak(args),
+        Command::Speak(args) => tensorfold::speak::speak(tensorfold::speak::SpeakArgs {
+            speech_model: args.speech_model,
+            text: args.text,
+            voice: args.voice,
+            speed: args.speed,
+            seed: args.seed,
+            output: args.output,
+        }),
         Command::Fetch => fetch(),
     };
     if let Err(e) = result {
@@ -371,56 +380,6 @@ fn serve(args: ServeArgs) -> Result<()> {
         tensorfold::server::run(serve, runtime, Arc::new(tokenizer), name, speech).await?;
         Ok(())
     })
-}
-
-fn speak(args: SpeakArgs) -> Result<()> {
-    let chars = args.text.chars().count();
-    if args.text.trim().is_empty() {
-        bail!("--text is empty or only whitespace");
-    }
-    if chars > MAX_INPUT_CHARS {
-        bail!("--text must hold at most {MAX_INPUT_CHARS} characters, not {chars}");
-    }
-    let Some(dir) = args.speech_model else { bail!("no speech model: pass --speech-model DIR (a Drama checkpoint)") };
-    let (spec_model, front) =
-        SpeechFrontEnd::open(&dir, 0, 512, 1).with_context(|| format!("loading the speech model {}", dir.display()))?;
-    let voice = front.voices().check(args.voice.as_deref())?;
-    let request = front.request(&voice, &args.text, args.seed)?;
-    let cfg = RuntimeConfig {
-        page_tokens: PAGE_TOKENS,
-        kv_pages: Some((request.prompt.len() + request.max_tokens).div_ceil(PAGE_TOKENS)),
-        memory_limit: None,
-        schedule: Schedule { round_tokens: 512, parallel: 1, max_waiting: 1 },
-    };
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: front.sample_rate(),
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut wav =
-        hound::WavWriter::create(&args.output, spec).with_context(|| format!("creating {}", args.output.display()))?;
-    // Speech from the CLI is one lane of the same rounds the server runs.
-    let num_samples = actix_web::rt::System::new().block_on(async move {
-        let runtime = Runtime::start(vec![spec_model], cfg).await?;
-        let mut events = runtime.submit(request).await?;
-        let mut num_samples = 0;
-        while let Some(event) = events.recv().await {
-            match event {
-                Event::Audio { pcm } => {
-                    num_samples += pcm.len();
-                    pcm.iter().try_for_each(|s| wav.write_sample(to_i16(*s)))?;
-                }
-                Event::Done { .. } => return wav.finalize().map(|()| num_samples).map_err(Into::into),
-                Event::Error { message } => bail!("speaking failed: {message}"),
-                Event::Token { .. } => {}
-            }
-        }
-        bail!("the speech request ended early")
-    })?;
-    let seconds = num_samples as f64 / front.sample_rate() as f64;
-    eprintln!("wrote {} ({seconds:.2} s of audio)", args.output.display());
-    Ok(())
 }
 
 fn bench(args: BenchArgs) -> Result<()> {

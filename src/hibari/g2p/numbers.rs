@@ -51,7 +51,11 @@ fn below_1000(mut n: u128, words: &mut Vec<String>) {
     }
     if n >= 20 {
         let tens = TENS[(n / 10) as usize];
-        words.push(if !n.is_multiple_of(10) { format!("{tens}-{}", ONES[(n % 10) as usize]) } else { tens.to_string() });
+        words.push(if !n.is_multiple_of(10) {
+            format!("{tens}-{}", ONES[(n % 10) as usize])
+        } else {
+            tens.to_string()
+        });
     } else if n > 0 || words.len() == start {
         words.push(ONES[n as usize].to_string());
     }

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 use tensorfold_kernels::ops::{argmax, dot};
+use tensorfold_kernels::simd::{f32_dot, Tile};
 
 use super::files;
 use super::G2pError;
@@ -31,10 +32,27 @@ struct Linear {
 
 impl Linear {
     fn forward(&self, x: &[f32], out: &mut Vec<f32>) {
+        let rows: Vec<&[f32]> = x.chunks_exact(self.num_in).collect();
         out.clear();
-        for row in x.chunks_exact(self.num_in) {
-            for (w, b) in self.weight.chunks_exact(self.num_in).zip(&self.bias) {
-                out.push(b + dot(row, w));
+        out.resize(rows.len() * self.num_out, 0.0);
+        for (tile, dst) in rows.chunks(4).zip(out.chunks_mut(4 * self.num_out)) {
+            match tile.len() {
+                4 => self.tile::<4>(tile, dst),
+                3 => self.tile::<3>(tile, dst),
+                2 => self.tile::<2>(tile, dst),
+                _ => self.tile::<1>(tile, dst),
+            }
+        }
+    }
+
+    /// `R` activation rows against every weight row, each weight row read once for the tile.
+    fn tile<const R: usize>(&self, rows: &[&[f32]], dst: &mut [f32]) {
+        let tile = Tile::<R> { rows: std::array::from_fn(|r| rows[r]), block_sums: [&[][..]; R] };
+        for (j, (w, b)) in self.weight.chunks_exact(self.num_in).zip(&self.bias).enumerate() {
+            let mut res = [0f32; R];
+            f32_dot(w, &tile, &mut res);
+            for (r, v) in res.iter().enumerate() {
+                dst[r * self.num_out + j] = b + v;
             }
         }
     }
@@ -83,30 +101,6 @@ pub struct Oov {
     layers: Vec<Layer>,
     norm: LayerNorm,
     head: Linear,
-}
-
-/// erf in f64: its Taylor series near zero, the continued fraction of erfc further out.
-fn erf(x: f64) -> f64 {
-    let ax = x.abs();
-    let r = if ax < 2.5 {
-        let (x2, mut term, mut sum) = (ax * ax, ax, ax);
-        for n in 1..200 {
-            term *= -x2 / n as f64;
-            let add = term / (2 * n + 1) as f64;
-            sum += add;
-            if add.abs() < 1e-17 * sum.abs() {
-                break;
-            }
-        }
-        sum * std::f64::consts::FRAC_2_SQRT_PI
-    } else {
-        let mut k = ax;
-        for n in (1..=80).rev() {
-            k = ax + (n as f64 / 2.0) / k;
-        }
-        1.0 - (-ax * ax).exp() / (std::f64::consts::PI.sqrt() * k)
-    };
-    r.copysign(x)
 }
 
 /// The graph's pieces by role, in node order.
@@ -304,7 +298,7 @@ impl Oov {
             layer.norm2.forward(&h, &mut a);
             layer.linear1.forward(&a, &mut b);
             for v in b.iter_mut() {
-                *v = *v * ((erf((*v / std::f32::consts::SQRT_2) as f64) as f32) + 1.0) * 0.5;
+                *v = *v * ((libm::erf((*v / std::f32::consts::SQRT_2) as f64) as f32) + 1.0) * 0.5;
             }
             layer.linear2.forward(&b, &mut c);
             h.iter_mut().zip(&c).for_each(|(h, c)| *h += c);
@@ -329,20 +323,5 @@ impl Oov {
             prev = class;
         }
         Some(out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::erf;
-
-    #[test]
-    fn test_erf_matches_reference_values() {
-        for (x, want) in [(0.0, 0.0), (0.5, 0.5204998778130465), (1.0, 0.8427007929497149), (2.0, 0.9953222650189527)] {
-            assert!((erf(x) - want).abs() < 1e-15, "erf({x})");
-            assert!((erf(-x) + want).abs() < 1e-15, "erf(-{x})");
-        }
-        assert!((erf(3.0) - 0.9999779095030014).abs() < 1e-15);
-        assert!((erf(6.0) - 1.0).abs() < 1e-15);
     }
 }
