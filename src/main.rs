@@ -100,9 +100,12 @@ struct ServeArgs {
     /// Cap on weights, KV pages and activations together, in bytes.
     #[arg(long, env = "TF_MEMORY_LIMIT")]
     memory_limit: Option<usize>,
-    /// A Drama speech checkpoint (Orpheus layout, SNAC codec in DIR/snac) served at /v1/audio/speech.
+    /// A Drama speech checkpoint (Orpheus layout, SNAC codec in DIR/snac) served at /v1/audio/speech; its voices come first.
     #[arg(long, value_name = "DIR")]
     speech_model: Option<PathBuf>,
+    /// Do not load the default voice (hibari, fetched on first use).
+    #[arg(long)]
+    no_voice: bool,
 }
 
 #[derive(Args)]
@@ -351,33 +354,35 @@ fn serve(args: ServeArgs) -> Result<()> {
         kind: ModelKind::Tokens { engine: Box::new(llama), codec: None },
         context,
     }];
-    let speech = match &args.speech_model {
-        Some(dir) => {
-            let (spec, mut front) = SpeechFrontEnd::open(dir, models.len(), args.round_tokens, args.parallel)
-                .with_context(|| format!("loading the speech model {}", dir.display()))?;
-            tracing::info!(dir = %dir.display(), voices = front.voices().names().join(","), "speech model loaded");
-            if same_path(dir, &text_path) {
-                // One checkpoint for both: speech and text lanes share every batched forward.
-                if let (ModelKind::Tokens { codec, .. }, ModelKind::Tokens { codec: speech_codec, .. }) =
-                    (&mut models[0].kind, spec.kind)
-                {
-                    *codec = speech_codec;
-                }
-                front.model = 0;
-            } else {
-                models.push(spec);
+    let mut speakers = Speakers::default();
+    if let Some(dir) = &args.speech_model {
+        let (spec, mut front) = SpeechFrontEnd::open(dir, models.len(), args.round_tokens, args.parallel)
+            .with_context(|| format!("loading the speech model {}", dir.display()))?;
+        tracing::info!(dir = %dir.display(), voices = front.voices().names().join(","), "speech model loaded");
+        if same_path(dir, &text_path) {
+            // One checkpoint for both: speech and text lanes share every batched forward.
+            if let (ModelKind::Tokens { codec, .. }, ModelKind::Tokens { codec: speech_codec, .. }) =
+                (&mut models[0].kind, spec.kind)
+            {
+                *codec = speech_codec;
             }
-            let mut speakers = Speakers::default();
-            speakers.push(Speaker::Drama(Arc::new(front)));
-            speakers
+            front.model = 0;
+        } else {
+            models.push(spec);
         }
-        None => Speakers::default(),
-    };
+        speakers.push(Speaker::Drama(Arc::new(front)));
+    }
+    if !args.no_voice {
+        let (spec, speaker) = tensorfold::speak::hibari_speaker(models.len())?;
+        tracing::info!(voices = speaker.voices().names().join(","), "default voice loaded");
+        models.push(spec);
+        speakers.push(speaker);
+    }
     let serve =
         ServeConfig { host: args.host, port: args.port, max_body_bytes: args.max_body_bytes, api_key: args.api_key };
     actix_web::rt::System::new().block_on(async move {
         let runtime = Runtime::start(models, cfg).await?;
-        tensorfold::server::run(serve, runtime, Arc::new(tokenizer), name, speech).await?;
+        tensorfold::server::run(serve, runtime, Arc::new(tokenizer), name, speakers).await?;
         Ok(())
     })
 }

@@ -272,7 +272,7 @@ fn test_bad_speech_requests_are_openai_400s_naming_the_field() {
 
 #[test]
 fn test_speech_without_a_speech_model_is_400_naming_the_flag() {
-    let server = Server::start_with_model(&drama_dir(), &[]);
+    let server = Server::start_with_model(&drama_dir(), &["--no-voice"]);
     let response = server.post_json(SPEECH, &speech_body("Hello there", "tara", 0, "pcm"));
     assert_invalid(&response, Some("model"), "--speech-model", "no --speech-model");
 }

@@ -102,7 +102,8 @@ pub(super) async fn speech<B: Backend>(
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload, limit.0).await?;
     if state.speakers.is_empty() {
-        let message = "no speech model is loaded; start the server with --speech-model DIR";
+        let message =
+            "no speech model is loaded: the server was started with --no-voice and without --speech-model DIR";
         return Err(ApiError::invalid("model", message));
     }
     let request = SpeechRequest::from_json(&body)?;
