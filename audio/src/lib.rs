@@ -1,7 +1,8 @@
-//! Speech codecs and PCM: the SNAC decoder that turns Drama's audio codes into samples, and their wire forms.
+//! Speech codecs and PCM: the SNAC decoder for Drama's codes, the hibari voice's signal stage, and their wire forms.
 
 pub mod error;
 pub mod hibari;
+pub(crate) mod normal;
 pub mod pcm;
 pub mod snac;
 

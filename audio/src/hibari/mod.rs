@@ -1,6 +1,5 @@
 //! Hibari's signal stage: per frame exp(lh)·e^{iπ·tanh θ}·STFT(pulses) + exp(ln)·Z + exp(lr)·e^{iφ}, then inverse STFT.
 
-pub(crate) mod noise;
 mod pulse;
 mod spectrum;
 mod stream;

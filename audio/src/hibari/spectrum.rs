@@ -5,8 +5,8 @@ use std::sync::Arc;
 use rustfft::num_complex::Complex32;
 use rustfft::{Fft, FftPlanner};
 
-use super::noise::normal_pair;
 use super::{HOP, NUM_BINS, N_FFT};
+use crate::normal::normal_pair;
 
 /// Frames that overlap one output sample: the FFT spans this many hops.
 pub(super) const OVERLAP: usize = N_FFT / HOP;

@@ -5,7 +5,7 @@ const POSITION_BITS: u32 = 48;
 
 /// A standard normal draw for `position` of decoder block `block`, by Box-Muller on two uniforms.
 pub(crate) fn normal(seed: u64, block: usize, position: u64) -> f32 {
-    crate::hibari::noise::normal(seed, ((block as u64) << POSITION_BITS) | position)
+    crate::normal::normal(seed, ((block as u64) << POSITION_BITS) | position)
 }
 
 #[cfg(test)]
