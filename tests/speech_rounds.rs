@@ -108,10 +108,9 @@ async fn test_rounds_speak_what_one_lane_alone_speaks() {
     let (rt, front, _) = start(Text::None, 4).await;
     let drama = DramaModel::open(&dir()).unwrap();
     let mut streamed_in_pieces = false;
-    for i in 0..TEXTS.len() {
+    for (i, (voice, text)) in TEXTS.iter().enumerate() {
         let sampling = orpheus_sampling(11 + i as u64);
         let (bits, pieces, _) = drain(rt.submit(speech(&front, i, sampling.clone())).await.unwrap()).await;
-        let (voice, text) = TEXTS[i];
         let alone = drama.synthesize(voice, text, &sampling, MAX_TOKENS).unwrap();
         assert!(!alone.pcm.is_empty(), "{voice}: no frames");
         assert_eq!(bits, alone.pcm.iter().map(|s| s.to_bits()).collect::<Vec<_>>(), "{voice}: {text}");

@@ -88,7 +88,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         let mut book = self.book.borrow_mut();
         book.reserved -= self.budget - self.pages.len();
-        book.free.extend(self.pages.drain(..));
+        book.free.append(&mut self.pages);
     }
 }
 
