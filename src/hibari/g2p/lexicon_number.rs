@@ -3,6 +3,7 @@
 
 use super::lexicon::{is_ascii_number, Lexicon, CURRENCIES};
 use super::numbers as num;
+use super::pystr::{self, decimal_value};
 
 const ORDINALS: [&str; 4] = ["st", "nd", "rd", "th"];
 
@@ -51,7 +52,7 @@ impl Reading<'_> {
     fn cardinal(&mut self, digits: &str) {
         match num::parse_int(digits) {
             Some(n) => self.words(&num::cardinal(n)),
-            None => digits.chars().for_each(|d| self.words(&num::cardinal(d.to_digit(10).unwrap_or(0) as i128))),
+            None => digits.chars().for_each(|d| self.words(&num::cardinal(decimal_value(d).unwrap_or(0) as i128))),
         }
     }
 }
@@ -110,7 +111,7 @@ impl Lexicon {
                     r.word("O", Some(-2.0));
                     r.cardinal(&d[2].to_string());
                 } else {
-                    r.cardinal(&digits[1..]);
+                    r.cardinal(pystr::tail(&digits, 1));
                 }
             } else if !d.is_empty() {
                 r.cardinal(&digits);
@@ -168,7 +169,7 @@ impl Lexicon {
                 match plain.strip_prefix('.') {
                     Some(frac) => {
                         let digits: Vec<String> =
-                            frac.chars().map(|c| num::cardinal(c.to_digit(10).unwrap_or(0) as i128)).collect();
+                            frac.chars().map(|c| num::cardinal(decimal_value(c).unwrap_or(0) as i128)).collect();
                         format!("point {}", digits.join(" "))
                     }
                     None => num::decimal(&plain),

@@ -183,7 +183,7 @@ impl Normalizer {
         if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
             return None;
         }
-        let name = &self.month_names[(month - 1) as usize];
+        let name = self.month_names.get((month - 1) as usize)?;
         let year = year.map(|y| format!(", {y}")).unwrap_or_default();
         Some(format!("{name} {}{year}", num::ordinal(day)))
     }

@@ -1,5 +1,7 @@
 //! English number words as num2words writes them (cardinal, ordinal, year, decimal), the subset misaki uses.
 
+use super::pystr::decimal_value;
+
 const ONES: [&str; 20] = [
     "zero",
     "one",
@@ -158,19 +160,26 @@ pub fn decimal(s: &str) -> String {
         words.push_str(" point");
         for c in fp.chars() {
             words.push(' ');
-            words.push_str(ONES[c.to_digit(10).unwrap_or(0) as usize]);
+            words.push_str(ONES[decimal_value(c).unwrap_or(0) as usize]);
         }
     }
     words
 }
 
-/// Python's int() of a run of ASCII digits with an optional sign; None where it overflows or is no number.
+/// Python's int() of decimal digits (any script's) with an optional sign; None where it overflows or is no number.
 pub fn parse_int(s: &str) -> Option<i128> {
-    let digits = s.strip_prefix('-').unwrap_or(s);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+    let (negative, digits) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    if digits.is_empty() {
         return None;
     }
-    s.parse().ok()
+    let mut n: i128 = 0;
+    for c in digits.chars() {
+        n = n.checked_mul(10)?.checked_add(decimal_value(c)? as i128)?;
+    }
+    Some(if negative { -n } else { n })
 }
 
 #[cfg(test)]
@@ -204,5 +213,8 @@ mod tests {
         assert_eq!(decimal("2.50"), "two point five");
         assert_eq!(decimal("3.14"), "three point one four");
         assert_eq!(decimal("5."), "five");
+        assert_eq!(parse_int("١٢"), Some(12));
+        assert_eq!(parse_int("-07"), Some(-7));
+        assert_eq!(parse_int("1,2"), None);
     }
 }

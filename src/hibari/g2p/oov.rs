@@ -209,10 +209,26 @@ impl Oov {
                 meta.slots
             )));
         }
-        if pos_dims.get(1) != emb_dims.get(1) || (pos_dims[0] as usize) < meta.maxlen {
-            return Err(parts.fault(format!("positions {pos_dims:?} do not fit embedding {emb_dims:?}")));
+        let rows = |dims: &[i64]| dims.first().map_or(0, |&r| r as usize);
+        if pos_dims.get(1) != emb_dims.get(1) || rows(&pos_dims) < meta.maxlen || rows(&emb_dims) <= meta.inputs.len() {
+            let what = format!(
+                "positions {pos_dims:?} and embedding {emb_dims:?} do not fit {} characters",
+                meta.inputs.len()
+            );
+            return Err(parts.fault(what));
         }
         let num_heads = parts.num_heads()?;
+        let fits = |l: &Linear, num_in: usize, num_out: usize| l.num_in == num_in && l.num_out == num_out;
+        let ffn = linears.get(2).map_or(0, |l| l.num_out);
+        for (i, l) in linears.chunks_exact(4).enumerate() {
+            let ok = fits(&l[0], width, 3 * width)
+                && fits(&l[1], width, width)
+                && fits(&l[2], width, ffn)
+                && fits(&l[3], ffn, width);
+            if !ok || head.num_in != width || !width.is_multiple_of(num_heads) {
+                return Err(parts.fault(format!("layer {i} does not fit a width of {width} with {num_heads} heads")));
+            }
+        }
         let mut linears = linears.into_iter();
         let mut norms = norms.into_iter();
         let mut layers = Vec::with_capacity(num_layers);

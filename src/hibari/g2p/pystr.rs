@@ -84,11 +84,17 @@ pub fn str_is_digit(s: &str) -> bool {
     !s.is_empty() && s.chars().all(is_digit)
 }
 
-/// `s.islower()`: some cased character and none uppercase.
+/// Whether `c` is a titlecase letter (general category Lt: the digraphs ǅ ǈ ǋ ǲ and Greek with prosgegrammeni).
+pub fn is_title_char(c: char) -> bool {
+    matches!(c, '\u{1c5}' | '\u{1c8}' | '\u{1cb}' | '\u{1f2}' | '\u{1fbc}' | '\u{1fcc}' | '\u{1ffc}')
+        || matches!(c, '\u{1f88}'..='\u{1f8f}' | '\u{1f98}'..='\u{1f9f}' | '\u{1fa8}'..='\u{1faf}')
+}
+
+/// `s.islower()`: some cased character and none uppercase or titlecase.
 pub fn str_is_lower(s: &str) -> bool {
     let mut cased = false;
     for c in s.chars() {
-        if c.is_uppercase() {
+        if c.is_uppercase() || is_title_char(c) {
             return false;
         }
         cased |= c.is_lowercase();
@@ -96,11 +102,11 @@ pub fn str_is_lower(s: &str) -> bool {
     cased
 }
 
-/// `s.isupper()`: some cased character and none lowercase.
+/// `s.isupper()`: some cased character and none lowercase or titlecase.
 pub fn str_is_upper(s: &str) -> bool {
     let mut cased = false;
     for c in s.chars() {
-        if c.is_lowercase() {
+        if c.is_lowercase() || is_title_char(c) {
             return false;
         }
         cased |= c.is_uppercase();
@@ -118,13 +124,23 @@ pub fn upper(s: &str) -> String {
     s.to_uppercase()
 }
 
-/// `s.capitalize()`: the first character upper, the rest lower.
+/// `s.capitalize()`: the first character titlecased, the rest lower.
 pub fn capitalize(s: &str) -> String {
     let mut chars = s.chars();
-    match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars.as_str().to_lowercase().chars()).collect(),
-        None => String::new(),
-    }
+    let Some(first) = chars.next() else { return String::new() };
+    let title = match first {
+        'Ǆ'..='ǆ' => Some('ǅ'),
+        'Ǉ'..='ǉ' => Some('ǈ'),
+        'Ǌ'..='ǌ' => Some('ǋ'),
+        'Ǳ'..='ǳ' => Some('ǲ'),
+        _ => None,
+    };
+    let mut out: String = match title {
+        Some(t) => t.to_string(),
+        None => first.to_uppercase().collect(),
+    };
+    out.push_str(&chars.as_str().to_lowercase());
+    out
 }
 
 /// Whether `c == c.lower()` for one character.
@@ -185,6 +201,8 @@ mod tests {
         assert!(str_is_lower("abc'd") && !str_is_lower("'") && !str_is_lower("aB"));
         assert!(str_is_upper("AT&T") && !str_is_upper("123") && !str_is_upper("Ab"));
         assert_eq!(capitalize("hELLO"), "Hello");
+        assert_eq!(capitalize("ǆx"), "ǅx");
+        assert!(!str_is_lower("dǅ") && !str_is_upper("Dǅ"));
         assert!(str_is_alpha("café") && !str_is_alpha("can't") && !str_is_alpha(""));
         assert!(str_is_digit("12²") && !str_is_digit("1.5"));
     }
