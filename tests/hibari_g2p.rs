@@ -122,3 +122,21 @@ fn test_load_names_the_missing_file() {
     let message = err.to_string();
     assert!(message.contains("missing"), "{message}");
 }
+
+#[cfg(unix)]
+#[test]
+fn test_load_names_the_file_with_bad_json() {
+    let Some(_) = g2p() else { return };
+    let source = tensorfold::fetch::hibari_dir().expect("fetched above");
+    let dir = tempfile::tempdir().expect("temp dir");
+    for entry in std::fs::read_dir(&source).expect("voice dir") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().expect("file name");
+        if name != "vocab.json" {
+            std::os::unix::fs::symlink(&path, dir.path().join(name)).expect("link");
+        }
+    }
+    std::fs::write(dir.path().join("vocab.json"), "{\"a\": ").expect("write");
+    let message = G2p::load(dir.path()).err().expect("broken vocab.json cannot load").to_string();
+    assert!(message.contains("vocab.json") && message.contains("bad JSON"), "{message}");
+}

@@ -1,5 +1,4 @@
-//! misaki's English lexicon logic: gold then silver dictionaries, part-of-speech entries, function-word
-//! rules, -s/-ed/-ing stems and stress; numbers live in `lexicon_number.rs`.
+//! misaki's English lexicon: gold then silver entries, part-of-speech and context rules, -s/-ed/-ing stems, stress.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -1,5 +1,4 @@
-//! The lexicon's number reading (misaki `get_number`): ordinals, years, digit strings, decimals and
-//! currency amounts, each number word looked up in the dictionaries.
+//! The lexicon's number reading (misaki `get_number`): ordinals, years, digit runs, decimals and currency amounts.
 
 use super::lexicon::{is_ascii_number, Lexicon, CURRENCIES};
 use super::numbers as num;

@@ -1,8 +1,4 @@
-//! English text to the voice's phonemes: normalization, tokenization, tagging, lexicon and the OOV network.
-//!
-//! A native port of the front end of the hibari-tts wheel (US English): `G2p::phonemize` splits text into
-//! sentences and long sentences at clauses, as `Hibari.phonemize` does, and `G2p::ids` maps phonemes to
-//! the acoustic network's ids with the 0 pads, as `Hibari.ids` does.
+//! English text to the voice's phonemes and ids, a native port of the hibari-tts wheel's US English front end.
 
 mod files;
 mod lexicon;

@@ -1,5 +1,4 @@
-//! Text normalization before tokenizing: times, dates, units, abbreviations, currencies and symbols,
-//! with the word tables of normalize.json. Plain numbers are left to the lexicon, as in misaki.
+//! Normalization before tokenizing (times, dates, units, abbreviations, currencies, symbols) from normalize.json.
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -1,5 +1,4 @@
-//! Out-of-vocabulary words: oov.onnx's character transformer (pre-norm encoder, learned positions,
-//! exact GELU), run natively; per character it emits `slots` outputs, read CTC-style.
+//! Unknown words: oov.onnx's character transformer run natively, `slots` outputs per character read CTC-style.
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -1,5 +1,4 @@
-//! One line of text to phonemes (misaki's `G2P.__call__`): normalize, tokenize, tag, split tokens into
-//! subtokens, read them right to left with the lexicon (OOV network as fallback), then resolve stress.
+//! One sentence to phonemes (misaki's `G2P.__call__`): normalize, tokenize, tag, read right to left, resolve stress.
 
 use fancy_regex::Regex;
 

@@ -83,7 +83,7 @@ pub fn is_match(re: &Regex, text: &str) -> bool {
     re.is_match(text).unwrap_or(false)
 }
 
-/// Group `i` of a match as text, empty where it did not take part (Python's None is tested apart).
+/// Group `i` of a match as text; None where the group did not take part.
 pub fn group<'t>(caps: &Captures<'t, str>, i: usize) -> Option<&'t str> {
     caps.get(i).map(|m| m.as_str())
 }

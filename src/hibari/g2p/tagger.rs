@@ -1,5 +1,4 @@
-//! Averaged-perceptron part-of-speech tagger (Penn Treebank tags) from tagger.json.gz: a word with one
-//! dominant tag is answered from the tag dictionary, everything else from the weights.
+//! The averaged-perceptron part-of-speech tagger of tagger.json.gz: tag dictionary first, then the weights.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;

@@ -1,5 +1,4 @@
-//! Word tokenizer with spaCy's English rules: special cases (tokenizer_exceptions.json), then prefixes
-//! and suffixes peeled off each whitespace-separated chunk, then infixes, then special cases rejoined.
+//! spaCy's English tokenizer rules: exceptions, prefixes and suffixes per chunk, infixes, then exceptions rejoined.
 
 use std::collections::HashMap;
 use std::path::Path;
