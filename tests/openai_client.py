@@ -76,9 +76,9 @@ def bad_request_surfaces(client, model):
     raise AssertionError("empty messages did not raise openai.BadRequestError")
 
 
-def speech_bytes(client, response_format):
+def speech_bytes(client, response_format, voice="tara"):
     with client.audio.speech.with_streaming_response.create(
-        model="drama", voice="tara", input=SPEECH_TEXT, response_format=response_format, extra_body={"seed": 7}
+        model="tts-1", voice=voice, input=SPEECH_TEXT, response_format=response_format, extra_body={"seed": 7}
     ) as response:
         check(response.status_code == 200, f"status {response.status_code}")
         check(response.headers.get("x-sample-rate") == str(SAMPLE_RATE), f"headers {dict(response.headers)}")
@@ -102,6 +102,14 @@ def speech_wav(client, model):
     return audio[WAV_HEADER_BYTES:]
 
 
+def default_voice(client, model):
+    audio = speech_bytes(client, "pcm", voice="heart")
+    seconds = len(audio) / 2 / SAMPLE_RATE
+    check(0.5 < seconds < 10, f"{seconds:.2f} s of audio for {SPEECH_TEXT!r}")
+    check(any(audio), "the PCM is silent")
+    return audio
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True, help="the server's /v1 URL")
@@ -122,7 +130,7 @@ def main():
         ("bad_request", bad_request_surfaces),
     ]
     if args.speech:
-        cases += [("speech_pcm", speech_pcm), ("speech_wav", speech_wav)]
+        cases += [("speech_pcm", speech_pcm), ("speech_wav", speech_wav), ("speech_default_voice", default_voice)]
     for name, case in cases:
         try:
             results[name] = case(client, model)

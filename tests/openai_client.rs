@@ -46,4 +46,5 @@ fn test_official_openai_client_works() {
     assert!(stdout.contains("ok   chat_stream"), "the script ran no streaming case:\n{stdout}");
     assert!(stdout.contains("ok   speech_pcm"), "the script ran no speech case:\n{stdout}");
     assert!(stdout.contains("ok   speech_wav"), "the script ran no WAV speech case:\n{stdout}");
+    assert!(stdout.contains("ok   speech_default_voice"), "the script ran no default-voice case:\n{stdout}");
 }
