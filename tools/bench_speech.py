@@ -252,7 +252,9 @@ def start_server(args):
     """Starts `BINARY serve` on a free port and returns the process and its /v1 URL once it listens."""
     parallel = args.parallel or max(parse_streams(args.streams)) + args.text_streams
     command = [args.binary, "serve", "--host", "127.0.0.1", "--port", "0", "--parallel", str(parallel)]
-    command += ["--speech-model", args.speech_model] + (["--model", args.model] if args.model else [])
+    command += (["--speech-model", args.speech_model] if args.speech_model else []) + (
+        ["--model", args.model] if args.model else []
+    )
     command += [word for arg in args.serve_arg or [] for word in shlex.split(arg)]
     print("starting: " + shlex.join(command), file=sys.stderr)
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -298,7 +300,7 @@ def main():
     parser.add_argument("--base-url", "--url", help="a running server's /v1 URL (default http://127.0.0.1:8000/v1)")
     parser.add_argument("--binary", help="start this tensorfold binary on a free port instead, and stop it at the end")
     parser.add_argument("--model", help="with --binary: the text model to serve (the server's default if not given)")
-    parser.add_argument("--speech-model", help="with --binary: the speech checkpoint directory")
+    parser.add_argument("--speech-model", help="with --binary: a Drama checkpoint directory (default: the default voice)")
     parser.add_argument("--parallel", type=int, help="with --binary: lanes (default: most streams + text streams)")
     parser.add_argument("--serve-arg", action="append", help="with --binary: more serve arguments, repeatable")
     parser.add_argument("--streams", action="append", help="concurrent speech streams: repeatable or a comma list (1)")
@@ -312,8 +314,8 @@ def main():
     parser.add_argument("--model-id", help="the request's model field (default: the first of /v1/models)")
     parser.add_argument("--api-key", help="sent as the Bearer token")
     args = parser.parse_args()
-    if args.binary and (args.base_url or not args.speech_model):
-        parser.error("--binary needs --speech-model and cannot go with --base-url")
+    if args.binary and args.base_url:
+        parser.error("--binary cannot go with --base-url")
     if args.repeat < 1 or args.text_streams < 0:
         parser.error("--repeat must be at least 1 and --text-streams not negative")
 
