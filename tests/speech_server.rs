@@ -523,4 +523,18 @@ fn test_curl_streams_the_same_wav() {
 
     let refused = curl(&speech_body("Hello there", "tara", 4, "mp3"));
     assert_eq!(refused.status.code(), Some(22), "curl --fail on a 400: {refused:?}");
+
+    // The default voice streams to curl too.
+    let body = speech_body("Hello there, how are you today?", "heart", 4, "wav");
+    let ours = speak(&server, &body);
+    let output = curl(&body);
+    assert!(output.status.success(), "curl: {}", String::from_utf8_lossy(&output.stderr));
+    let from_curl = std::fs::read(&audio).expect("curl wrote the audio");
+    assert!(from_curl.len() > 44 + 24_000, "{} bytes from the default voice", from_curl.len());
+    assert!(
+        from_curl == ours,
+        "curl got {} bytes of the default voice, our client {} different ones",
+        from_curl.len(),
+        ours.len()
+    );
 }
