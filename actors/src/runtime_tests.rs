@@ -61,7 +61,8 @@ pub(crate) async fn start(parallel: usize, max_waiting: usize, kv_pages: usize) 
 }
 
 pub(crate) fn request(i: u64) -> ValidRequest {
-    let sampling = SamplingParams { temperature: if i.is_multiple_of(2) { 0.0 } else { 1.0 }, seed: i, ..Default::default() };
+    let sampling =
+        SamplingParams { temperature: if i.is_multiple_of(2) { 0.0 } else { 1.0 }, seed: i, ..Default::default() };
     ValidRequest {
         model: 0,
         prompt: (0..(3 + i as u32 * 5) % 29 + 1).map(|t| (t * 7 + i as u32) % VOCAB as u32).collect(),
