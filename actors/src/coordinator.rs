@@ -25,6 +25,13 @@ pub struct LaneToken {
     pub finish: Option<FinishReason>,
 }
 
+/// The request's lane failed; the last message it gets.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct LaneFailed {
+    pub message: String,
+}
+
 /// A request waiting for a lane.
 #[derive(Message)]
 #[rtype(result = "Result<(), SubmitError>")]
@@ -37,6 +44,7 @@ pub struct Enqueue {
     pub stop_ids: Vec<u32>,
     pub logprobs: Option<usize>,
     pub to: Recipient<LaneToken>,
+    pub failed: Recipient<LaneFailed>,
 }
 
 /// A speech request's codec window, to decode in the next round.
@@ -147,7 +155,7 @@ impl Coordinator {
             act.in_flight = false;
             match output {
                 Ok(output) => act.apply(output),
-                Err(_) => act.fail_all("the engine thread stopped"),
+                Err(_) => act.fail_all("the round failed on the engine thread"),
             }
             act.tick(ctx);
         }));
@@ -251,12 +259,16 @@ impl Coordinator {
         self.voices.apply(output.voices);
     }
 
+    /// Ends every running lane and every queued codec window with an error to its request.
     fn fail_all(&mut self, why: &str) {
-        tracing::error!(why, lanes = self.lanes.len(), "failing every running lane");
-        self.lanes.clear();
-        self.codec.clear();
-        self.decoding.clear();
-        self.voices.clear();
+        tracing::error!(why, lanes = self.num_running(), "failing every running lane");
+        for lane in self.lanes.drain(..) {
+            lane.request.failed.do_send(LaneFailed { message: why.to_string() });
+        }
+        for to in self.decoding.drain(..).chain(self.codec.drain(..).map(|d| d.to)) {
+            to.do_send(LanePcm(Err(why.to_string())));
+        }
+        self.voices.fail_running(why);
     }
 
     fn publish(&self) {

@@ -6,7 +6,7 @@ use std::time::Instant;
 use actix::prelude::*;
 use tokio::sync::mpsc;
 
-use crate::coordinator::{Coordinator, Decode, LanePcm, LaneToken, Release};
+use crate::coordinator::{Coordinator, Decode, LaneFailed, LanePcm, LaneToken, Release};
 use crate::engine::{CodecJob, ModelId};
 use crate::metrics::Metrics;
 use crate::request_types::{Event, FinishReason, FrameSink, Output, TextDecoder, Usage};
@@ -233,5 +233,14 @@ impl Handler<VoiceAudio> for RequestActor {
         if msg.finished {
             self.finish(FinishReason::Stop, ctx);
         }
+    }
+}
+
+impl Handler<LaneFailed> for RequestActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: LaneFailed, ctx: &mut Context<Self>) {
+        self.send(Event::Error { message: msg.message }, ctx);
+        ctx.stop();
     }
 }

@@ -34,15 +34,18 @@ impl EngineRunner {
         let (jobs, inbox) = mpsc::channel::<Job>();
         thread::Builder::new().name("tensorfold-engine".into()).spawn(move || {
             for job in inbox {
-                let output = run_round(&mut models, job.plan);
-                // The coordinator may have stopped; then nobody wants the output.
-                let _ = job.reply.send(output);
+                // A round that panics drops its reply, which fails its lanes; the thread serves the next one.
+                let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_round(&mut models, job.plan)));
+                if let Ok(output) = round {
+                    // The coordinator may have stopped; then nobody wants the output.
+                    let _ = job.reply.send(output);
+                }
             }
         })?;
         Ok(EngineRunner { jobs })
     }
 
-    /// Queues a round; the receiver yields its output, or an error if the engine thread died.
+    /// Queues a round; the receiver yields its output, or an error if the round failed or the engine thread died.
     pub fn run(&self, plan: RoundPlan) -> oneshot::Receiver<RoundOutput> {
         let (reply, output) = oneshot::channel();
         // A dead engine thread drops the reply sender, which the receiver reports.

@@ -187,6 +187,7 @@ impl Runtime {
             stop_ids: request.stop_ids,
             logprobs: request.logprobs,
             to: actor.clone().recipient(),
+            failed: actor.clone().recipient(),
         };
         let result = match self.coordinator.send(enqueue).await {
             Ok(result) => result,

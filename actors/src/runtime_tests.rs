@@ -262,3 +262,44 @@ async fn test_a_request_for_a_model_not_loaded_is_refused() {
     let rt = start(1, 4, 16).await;
     assert_eq!(rt.submit(speech(0)).await.err(), Some(SubmitError::NoModel(1)));
 }
+
+/// The fake engine, except that a round holding token `POISON` panics.
+struct Panicky;
+
+const POISON: u32 = 999;
+
+impl Engine for Panicky {
+    fn kv_layout(&self, page_tokens: usize) -> KvLayout {
+        FakeEngine.kv_layout(page_tokens)
+    }
+    fn vocab_size(&self) -> usize {
+        VOCAB
+    }
+    fn forward(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<Vec<f32>> {
+        assert!(lanes.iter().all(|l| !l.tokens.contains(&POISON)), "the poisoned token reached the engine");
+        FakeEngine.forward(pool, lanes)
+    }
+}
+
+#[actix::test]
+async fn test_a_failed_round_ends_its_lanes_with_an_error_and_the_runtime_goes_on() {
+    let schedule = Schedule { round_tokens: 64, parallel: 4, max_waiting: 64 };
+    let cfg = RuntimeConfig { page_tokens: 4, kv_pages: Some(256), memory_limit: None, schedule };
+    let kind = ModelKind::Tokens { engine: Box::new(Panicky), codec: None };
+    let rt = Runtime::start(vec![ModelSpec { kind, context: 256, weight_bytes: 0, activation_bytes: 0 }], cfg)
+        .await
+        .unwrap();
+    let healthy = collect(rt.submit(request(3)).await.unwrap()).await;
+    let poisoned = ValidRequest { prompt: vec![1, 2, POISON], ..request(1) };
+    let mut rx = rt.submit(poisoned).await.unwrap();
+    let mut error = None;
+    while let Some(event) = rx.recv().await {
+        if let Event::Error { message } = event {
+            error = Some(message);
+        }
+    }
+    let error = error.expect("the poisoned request should end with an error event, not hang or close silently");
+    assert!(error.contains("round failed"), "{error}");
+    assert_eq!(collect(rt.submit(request(3)).await.unwrap()).await, healthy, "the runtime serves on after a failure");
+    settle(&rt).await;
+}

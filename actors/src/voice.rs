@@ -151,8 +151,10 @@ impl VoiceLanes {
         self.lanes.retain(|l| l.lane_id != lane_id);
     }
 
-    pub fn clear(&mut self) {
-        self.waiting.clear();
-        self.lanes.clear();
+    /// Ends every running lane with `why`; waiting requests keep their place.
+    pub fn fail_running(&mut self, why: &str) {
+        for lane in self.lanes.drain(..) {
+            lane.to.do_send(VoiceAudio { pcm: Err(why.to_string()), finished: true });
+        }
     }
 }
