@@ -1,9 +1,13 @@
 //! The hibari voice through the runtime's rounds: streamed windows equal one pass per sentence, bit for bit,
 //! alone or beside text and other voice lanes, and text lanes are unchanged beside it.
 
+#[allow(dead_code)]
+mod common;
+
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
+use common::events::drain;
 use futures_util::future::join_all;
 use tensorfold::hibari::voice::HibariModel;
 use tensorfold::hibari::{HibariText, HibariVoice};
@@ -12,10 +16,9 @@ use tensorfold::server::validate::TokenizerDecoder;
 use tensorfold::speech::VoiceText;
 use tensorfold::tokenizer::Tokenizer;
 use tensorfold_actors::coordinator::Schedule;
-use tensorfold_actors::request_types::{Event, Output, ValidRequest};
+use tensorfold_actors::request_types::{Output, ValidRequest};
 use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
 use tensorfold_actors::voice::VoiceInput;
-use tokio::sync::mpsc::Receiver;
 
 const TEXTS: [&str; 4] = [
     "Hello there.",
@@ -93,23 +96,6 @@ fn chat(i: usize) -> ValidRequest {
         logprobs: None,
         output: Output::Text(Box::new(TokenizerDecoder::new(tokenizer))),
     }
-}
-
-/// Audio bits and the number of audio events, or the text.
-async fn drain(mut rx: Receiver<Event>) -> (Vec<u32>, usize, String) {
-    let (mut bits, mut pieces, mut text) = (Vec::new(), 0, String::new());
-    while let Some(event) = rx.recv().await {
-        match event {
-            Event::Audio { pcm } => {
-                bits.extend(pcm.iter().map(|s| s.to_bits()));
-                pieces += 1;
-            }
-            Event::Token { text: t, .. } => text.push_str(&t),
-            Event::Done { .. } => return (bits, pieces, text),
-            Event::Error { message } => panic!("{message}"),
-        }
-    }
-    panic!("the stream ended without Done");
 }
 
 #[actix::test]

@@ -1,9 +1,13 @@
 //! Drama speech through the runtime's rounds: the same tokens and PCM as one lane alone and as the reference,
 //! whatever runs beside it, and text lanes unchanged by speech beside them.
 
+#[allow(dead_code)]
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use common::events::drain;
 use futures_util::future::join_all;
 use tensorfold::drama::{orpheus_sampling, DramaModel};
 use tensorfold::generate::PAGE_TOKENS;
@@ -12,9 +16,8 @@ use tensorfold::server::validate::TokenizerDecoder;
 use tensorfold::speech::SpeechFrontEnd;
 use tensorfold::tokenizer::Tokenizer;
 use tensorfold_actors::coordinator::Schedule;
-use tensorfold_actors::request_types::{Event, Output, ValidRequest};
+use tensorfold_actors::request_types::{Output, ValidRequest};
 use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
-use tokio::sync::mpsc::Receiver;
 
 const TEXTS: [(&str, &str); 3] = [
     ("tara", "Hello there, how are you today?"),
@@ -84,23 +87,6 @@ fn chat(tokenizer: &Arc<Tokenizer>, model: usize, i: usize) -> ValidRequest {
         logprobs: None,
         output: Output::Text(Box::new(TokenizerDecoder::new(tokenizer.clone()))),
     }
-}
-
-/// The audio's bit patterns and how many pieces it came in, or the text.
-async fn drain(mut rx: Receiver<Event>) -> (Vec<u32>, usize, String) {
-    let (mut bits, mut pieces, mut text) = (Vec::new(), 0, String::new());
-    while let Some(event) = rx.recv().await {
-        match event {
-            Event::Audio { pcm } => {
-                bits.extend(pcm.iter().map(|s| s.to_bits()));
-                pieces += 1;
-            }
-            Event::Token { text: t, .. } => text.push_str(&t),
-            Event::Done { .. } => return (bits, pieces, text),
-            Event::Error { message } => panic!("{message}"),
-        }
-    }
-    panic!("the stream ended without Done");
 }
 
 #[actix::test]

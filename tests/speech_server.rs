@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use common::server::{Response, Server};
+use common::Rng;
 use serde_json::{json, Value};
 
 const SPEECH: &str = "/v1/audio/speech";
@@ -365,23 +366,6 @@ fn test_speech_is_identical_alone_and_among_chats_and_other_speech() {
     }
     for (i, ((chat, _), solo)) in together_chats.iter().zip(&solo_chats).enumerate() {
         assert_eq!(chat, solo, "chat {i} differs among speech from alone");
-    }
-}
-
-/// splitmix64: a seeded generator, so delays and drop points repeat from run to run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
     }
 }
 

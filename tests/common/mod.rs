@@ -1,5 +1,8 @@
-//! Shared set-up for the integration tests: the default model, loaded once per test binary.
+//! Shared set-up for the integration tests: the default model, loaded once per test binary, and helpers.
+// Each test binary uses a different part of this module.
+#![allow(dead_code)]
 
+pub mod events;
 pub mod server;
 use std::sync::OnceLock;
 
@@ -12,4 +15,21 @@ pub fn default_model() -> &'static LoadedModel {
         let path = tensorfold::fetch::default_model_path().expect("fetching the default model");
         tensorfold::model::load(&path, &mut |_, _| {}).expect("loading the default model")
     })
+}
+
+/// splitmix64: a seeded generator, so jitter, delays and drop points repeat from run to run.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
 }
