@@ -28,8 +28,13 @@ pub fn hibari_speaker(model: ModelId) -> Result<(ModelSpec, Speaker)> {
         weight_bytes: 0,
         activation_bytes: 0,
     };
-    let speaker =
-        VoiceSpeaker { model, voices: HibariVoice::voices(), text: Arc::new(text), sample_rate: HIBARI_SAMPLE_RATE };
+    let speaker = VoiceSpeaker {
+        model,
+        name: "hibari".into(),
+        voices: HibariVoice::voices(),
+        text: Arc::new(text),
+        sample_rate: HIBARI_SAMPLE_RATE,
+    };
     Ok((spec, Speaker::Voice(speaker)))
 }
 

@@ -108,6 +108,8 @@ pub trait VoiceText: Send + Sync {
 /// A voice model served through voice lanes.
 pub struct VoiceSpeaker {
     pub model: ModelId,
+    /// The name `/v1/models` lists.
+    pub name: String,
     pub voices: Voices,
     pub text: Arc<dyn VoiceText>,
     pub sample_rate: u32,
@@ -132,6 +134,13 @@ impl Speaker {
             Speaker::Voice(v) => v.sample_rate,
         }
     }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Speaker::Drama(front) => &front.name,
+            Speaker::Voice(v) => &v.name,
+        }
+    }
 }
 
 /// Every speaker a server holds; a request's voice picks the speaker, and the first speaker's default voice is the default.
@@ -147,6 +156,11 @@ impl Speakers {
 
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
+    }
+
+    /// Each speaker's model name, in order.
+    pub fn names(&self) -> impl Iterator<Item = String> + '_ {
+        self.list.iter().map(|s| s.name().to_string())
     }
 
     pub fn voice_names(&self) -> Vec<String> {

@@ -522,3 +522,18 @@ fn test_curl_streams_the_same_wav() {
         ours.len()
     );
 }
+
+#[test]
+fn test_models_list_the_text_model_then_each_speaker() {
+    let server = drama_server(&[]);
+    let json = server.get("/v1/models").json();
+    let ids: Vec<&str> = json["data"].as_array().expect("a list").iter().filter_map(|m| m["id"].as_str()).collect();
+    // The checkpoint serves text and speech, so it is listed once.
+    assert_eq!(ids, ["drama", "hibari"], "{json}");
+    assert_eq!(server.model, "drama");
+    assert_eq!(server.get("/v1/models/hibari").json()["id"], "hibari");
+    assert_eq!(server.get("/v1/models/tts-1").status, 404);
+    let without = Server::start_with_model(&drama_dir(), &["--no-voice"]);
+    let json = without.get("/v1/models").json();
+    assert_eq!(json["data"].as_array().map(Vec::len), Some(1), "{json}");
+}

@@ -175,19 +175,29 @@ async fn generate<B: Backend>(state: &AppState<B>, kind: Kind, valid: Validated)
     Ok(HttpResponse::Ok().json(body))
 }
 
-fn model_card<B>(state: &AppState<B>) -> ModelCard {
-    ModelCard { id: state.model_name.clone(), object: "model", created: state.created, owned_by: "tensorfold" }
+/// The text model first, then each speaker of `/v1/audio/speech`, each name once.
+fn model_cards<B>(state: &AppState<B>) -> Vec<ModelCard> {
+    let mut names: Vec<String> = Vec::new();
+    for name in std::iter::once(state.model_name.clone()).chain(state.speakers.names()) {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+        .into_iter()
+        .map(|id| ModelCard { id, object: "model", created: state.created, owned_by: "tensorfold" })
+        .collect()
 }
 
 async fn list_models<B: Backend>(state: web::Data<AppState<B>>) -> HttpResponse {
-    HttpResponse::Ok().json(ModelList { object: "list", data: vec![model_card(&state)] })
+    HttpResponse::Ok().json(ModelList { object: "list", data: model_cards(&state) })
 }
 
 async fn get_model<B: Backend>(state: web::Data<AppState<B>>, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
-    if *id != state.model_name {
-        return Err(ApiError::ModelNotFound(id.into_inner()));
+    match model_cards(&state).into_iter().find(|card| card.id == *id) {
+        Some(card) => Ok(HttpResponse::Ok().json(card)),
+        None => Err(ApiError::ModelNotFound(id.into_inner())),
     }
-    Ok(HttpResponse::Ok().json(model_card(&state)))
 }
 
 async fn health<B: Backend>(state: web::Data<AppState<B>>) -> HttpResponse {
