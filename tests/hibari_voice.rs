@@ -1,7 +1,6 @@
 //! The hibari voice through the runtime's rounds: streamed windows equal one pass per sentence, bit for bit,
 //! alone or beside text and other voice lanes, and text lanes are unchanged beside it.
 
-#[allow(dead_code)]
 mod common;
 
 use std::path::PathBuf;

@@ -1,7 +1,5 @@
 //! The official `openai` Python package against `tensorfold serve` (text and speech): openai_client.py must exit 0.
 
-// The in-process model loader in `common` is for the other test binaries.
-#[allow(dead_code)]
 mod common;
 
 use std::path::Path;

@@ -1,7 +1,5 @@
 //! `tensorfold serve` end to end on the default model: the OpenAI API, its errors, exactness under load, cancellation.
 
-// The in-process model loader in `common` is for the other test binaries.
-#[allow(dead_code)]
 mod common;
 
 use std::collections::BTreeMap;

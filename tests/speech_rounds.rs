@@ -1,7 +1,6 @@
 //! Drama speech through the runtime's rounds: the same tokens and PCM as one lane alone and as the reference,
 //! whatever runs beside it, and text lanes unchanged by speech beside them.
 
-#[allow(dead_code)]
 mod common;
 
 use std::path::PathBuf;

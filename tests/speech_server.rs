@@ -1,7 +1,5 @@
 //! `POST /v1/audio/speech` end to end on the tiny Drama checkpoint: formats, errors, interleaving, cancellation, curl.
 
-// The in-process model loader in `common` is for the other test binaries.
-#[allow(dead_code)]
 mod common;
 
 use std::collections::BTreeMap;
