@@ -2,18 +2,27 @@
 """Builds seeded random checkpoints of real architectures with transformers, and golden outputs for them.
 
     make_checkpoint.py --shape tiny-qwen2 --out DIR --golden DIR/reference.json
+    make_checkpoint.py --shape llama-3.1-8b --out DIR [--layers 2] [--init-device cuda]
 
 The goldens are computed from the checkpoint as saved, in float32 with eager attention, so a
 loader that reads the directory back must reproduce them.
+
+Full-size shapes also get a tokenizer (tokenizer.json, tokenizer_config.json): a byte-level BPE
+whose merges are enumerated deterministically (no training), with the config's bos/eos ids as
+special tokens at exactly those ids, padded with reserved specials up to the vocabulary size.
+Tiny shapes get one only with --tokenizer, so the committed goldens stay as they are.
 """
 
 import argparse
+import heapq
 import json
 import math
+import os
 import pathlib
 
 import numpy as np
 import torch
+import transformers
 from transformers import (
     AutoModelForCausalLM,
     LlamaConfig,
@@ -152,19 +161,79 @@ SHAPES = {
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
+# Pre-tokenizer splits as the released Llama 3 and Qwen2 tokenizer.json files spell them.
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+# Special tokens by offset from the first special id, where the released tokenizers put them.
+LLAMA3_SPECIALS = {
+    0: "<|begin_of_text|>",
+    1: "<|end_of_text|>",
+    6: "<|start_header_id|>",
+    7: "<|end_header_id|>",
+    8: "<|eom_id|>",
+    9: "<|eot_id|>",
+}
+QWEN_SPECIALS = {0: "<|endoftext|>", 1: "<|im_start|>", 2: "<|im_end|>"}
+
+LLAMA3_TEMPLATE = (
+    "{{- bos_token }}"
+    "{%- for message in messages %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+CHATML_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# English letter frequencies (per mille) rank the enumerated merges, so common strings come first.
+LETTER_FREQ = dict(
+    zip(
+        "etaoinshrdlcumwfgypbvkjxqz",
+        [127, 91, 82, 75, 70, 67, 63, 61, 60, 43, 40, 28, 28, 24, 24, 22, 20, 20, 19, 15, 10, 8, 2, 2, 1, 1],
+        strict=True,
+    )
+)
+# A tiny shape without bos/eos in its config keeps this many specials at the top of its vocabulary.
+TINY_SPECIALS = 16
+
 PROMPT_LENGTHS = [1, 2, 7, 16, 29, 40]
 # The prompt whose logits are kept at every position, not only the last.
 ALL_POSITIONS_PROMPT = 5
 NUM_NEW_TOKENS = 64
 
 
-def build_model(shape, dtype, seed):
+def shape_fields(shape, layers):
     arch, fields = SHAPES[shape]
+    if layers is not None:
+        fields = dict(fields, num_hidden_layers=layers)
+        if "max_window_layers" in fields:
+            fields["max_window_layers"] = min(fields["max_window_layers"], layers)
+    return arch, fields
+
+
+def build_model(shape, dtype, seed, layers=None, init_device="cpu"):
+    arch, fields = shape_fields(shape, layers)
     config_class, model_class = ARCHS[arch]
     config = config_class(**fields)
     torch.manual_seed(seed)
     torch.set_default_dtype(dtype)
-    model = model_class(config)
+    if init_device == "cpu":
+        model = model_class(config)
+    else:
+        # Initialising on the accelerator takes seconds where the CPU takes minutes for 8B.
+        with torch.device(init_device):
+            model = model_class(config)
     torch.set_default_dtype(torch.float32)
     if shape.startswith("tiny-"):
         widen_tiny_init(model, seed)
@@ -192,6 +261,115 @@ def save(model, out, max_shard_size, tiny):
     if tiny:
         # A tiny model has no special tokens, so its generation defaults say nothing.
         (out / "generation_config.json").unlink(missing_ok=True)
+    else:
+        write_generation_config(out, model.config)
+
+
+def write_generation_config(out, config):
+    """Greedy-neutral generation defaults whose bos/eos are the config's."""
+    generation = {"_from_model_config": True, "bos_token_id": config.bos_token_id}
+    generation["eos_token_id"] = config.eos_token_id
+    generation["transformers_version"] = transformers.__version__
+    (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+
+
+def byte_chars():
+    """GPT-2's printable stand-in for each byte, indexed by byte value."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, extra = [], 0
+    for b in range(256):
+        if b in keep:
+            chars.append(chr(b))
+        else:
+            chars.append(chr(256 + extra))
+            extra += 1
+    return chars
+
+
+def enumerate_merges(count):
+    """The `count` likeliest strings of a space mark plus letters, each as a merge of its prefix and last letter.
+
+    A best-first walk over the prefix tree: a string's prefix is always likelier, so it is merged first.
+    """
+    letters = sorted(LETTER_FREQ, key=lambda c: (-LETTER_FREQ[c], c))
+    logp = [math.log(LETTER_FREQ[c] / 1000.0) for c in letters]
+    space = byte_chars()[ord(" ")]
+    roots = [(math.log(0.5), space)] + [(lp, c) for lp, c in zip(logp, letters, strict=True)]
+    heap = [(-(score + logp[0]), text + letters[0], 0) for score, text in roots]
+    heapq.heapify(heap)
+    merges = []
+    while len(merges) < count:
+        neg, text, i = heapq.heappop(heap)
+        merges.append((text[:-1], text[-1]))
+        if i + 1 < len(letters):
+            heapq.heappush(heap, (neg + logp[i] - logp[i + 1], text[:-1] + letters[i + 1], i + 1))
+        heapq.heappush(heap, (neg - logp[0], text + letters[0], 0))
+    return merges
+
+
+def special_layout(arch, vocab_size, bos_id, eos_id):
+    """Id to text of every special token: from the first special id to the end of the vocabulary."""
+    known = LLAMA3_SPECIALS if arch == "llama" else QWEN_SPECIALS
+    ids = [i for i in (bos_id, eos_id) if i is not None]
+    first = min(ids) if ids else vocab_size - TINY_SPECIALS
+    if bos_id is None and eos_id is None:
+        bos_id = first if arch == "llama" else None
+        eos_id = first + (1 if arch == "llama" else 2)
+    assert 256 < first and max(ids + [first]) < vocab_size, "specials must follow the 256 byte tokens"
+    names = {first + offset: text for offset, text in known.items() if first + offset < vocab_size}
+    names = {i: names.get(i, f"<|reserved_{i - first}|>") for i in range(first, vocab_size)}
+    return first, names, bos_id, eos_id
+
+
+def build_tokenizer(arch, vocab_size, bos_id, eos_id):
+    """A byte-level BPE with exactly vocab_size entries; returns (tokenizers.Tokenizer, tokenizer_config dict)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    first, names, bos_id, eos_id = special_layout(arch, vocab_size, bos_id, eos_id)
+    chars = byte_chars()
+    merges = enumerate_merges(first - 256)
+    vocab = {c: i for i, c in enumerate(chars)}
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    assert len(vocab) == first, "every merge makes a new token"
+    llama = arch == "llama"
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=llama))
+    if not llama:
+        tok.normalizer = normalizers.NFC()
+    split = pre_tokenizers.Split(Regex(LLAMA3_SPLIT if llama else QWEN2_SPLIT), behavior="isolated", invert=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([split, byte_level])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(names[i], special=True, normalized=False) for i in range(first, vocab_size)])
+    bos = names.get(bos_id) if bos_id is not None else None
+    if llama and bos is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, bos_id)]
+        )
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    for i, text in names.items():
+        assert tok.token_to_id(text) == i, f"special {text} landed at {tok.token_to_id(text)}, not {i}"
+    assert tok.get_vocab_size(with_added_tokens=True) == vocab_size
+    config = {
+        "add_bos_token": bool(llama and bos is not None),
+        "add_eos_token": False,
+        "bos_token": bos,
+        "eos_token": names[eos_id],
+        "pad_token": None,
+        "chat_template": LLAMA3_TEMPLATE if llama else CHATML_TEMPLATE,
+        "clean_up_tokenization_spaces": False,
+        "model_input_names": ["input_ids", "attention_mask"],
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    return tok, config
+
+
+def write_tokenizer(out, arch, config):
+    tok, tok_config = build_tokenizer(arch, config.vocab_size, config.bos_token_id, config.eos_token_id)
+    tok_config["model_max_length"] = config.max_position_embeddings
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2) + "\n")
 
 
 def prompts(vocab_size, seed):
@@ -282,12 +460,26 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-shard-size", help='e.g. "200KB" to write model.safetensors.index.json and shards')
     parser.add_argument("--golden", type=pathlib.Path, help="JSON file to write the reference outputs to")
+    parser.add_argument("--layers", type=int, help="keep only the first N layers (a truncated shape for smoke tests)")
+    parser.add_argument(
+        "--tokenizer",
+        action=argparse.BooleanOptionalAction,
+        help="write tokenizer.json and tokenizer_config.json; default: yes, but no for tiny shapes",
+    )
+    parser.add_argument("--init-device", help="where to initialise the weights; default: cuda if present, cpu for tiny")
     args = parser.parse_args()
 
     tiny = args.shape.startswith("tiny-")
     dtype = DTYPES[args.dtype or ("float32" if tiny else "bfloat16")]
+    init_device = args.init_device or ("cuda" if torch.cuda.is_available() and not tiny else "cpu")
+    # Deterministic cuBLAS wants this set before it starts; initialisation itself needs no matmul.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
-    save(build_model(args.shape, dtype, args.seed), args.out, args.max_shard_size, tiny)
+    model = build_model(args.shape, dtype, args.seed, args.layers, init_device)
+    save(model, args.out, args.max_shard_size, tiny)
+    if args.tokenizer if args.tokenizer is not None else not tiny:
+        write_tokenizer(args.out, SHAPES[args.shape][0], model.config)
+    del model
     if args.golden:
         reference = golden(args.out, args.shape, args.seed)
         args.golden.write_text(to_json(reference) + "\n")
