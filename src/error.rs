@@ -16,6 +16,8 @@ pub enum LoadError {
     Tokenizer { path: PathBuf, fault: String },
     #[error("fetching the default model: {0}")]
     Fetch(String),
+    #[error("GPU: {0}")]
+    Device(String),
 }
 
 impl LoadError {

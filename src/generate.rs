@@ -32,6 +32,12 @@ impl<'e> Sequence<'e> {
         Sequence { engine, pool, pages: (0..num_pages as u32).collect(), tokens: Vec::new(), num_cached: 0 }
     }
 
+    /// A sequence over a given pool, such as one on a GPU; it uses every page.
+    pub fn with_pool(engine: &'e dyn Engine, pool: KvPool) -> Sequence<'e> {
+        let pages = (0..pool.num_pages() as u32).collect();
+        Sequence { engine, pool, pages, tokens: Vec::new(), num_cached: 0 }
+    }
+
     pub fn tokens(&self) -> &[u32] {
         &self.tokens
     }

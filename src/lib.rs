@@ -3,6 +3,8 @@
 pub mod chat;
 pub mod checkpoint;
 pub mod config;
+pub mod cuda_llama;
+pub mod cuda_setup;
 pub mod drama;
 pub mod error;
 pub mod fetch;

@@ -50,12 +50,12 @@ pub struct Llama {
 }
 
 /// Loads tensors by Hugging Face name and checks their shapes against the config.
-struct Loader<'a> {
-    ckpt: &'a dyn Checkpoint,
+pub(crate) struct Loader<'a> {
+    pub(crate) ckpt: &'a dyn Checkpoint,
 }
 
 impl Loader<'_> {
-    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight, LoadError> {
+    pub(crate) fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight, LoadError> {
         let w = self.ckpt.weight(name)?;
         if (w.rows(), w.cols()) != (rows, cols) {
             let fault = format!("shape {}x{} disagrees with the config's {rows}x{cols}", w.rows(), w.cols());
@@ -64,7 +64,7 @@ impl Loader<'_> {
         Ok(w)
     }
 
-    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, LoadError> {
+    pub(crate) fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, LoadError> {
         Ok(self.matrix(name, 1, len)?.to_f32())
     }
 
@@ -114,7 +114,7 @@ impl Loader<'_> {
 }
 
 /// Inverse frequencies as Hugging Face computes them, with Llama 3 scaling or GGUF frequency factors.
-fn rope_inv_freq(c: &ModelConfig, factors: Option<&[f32]>) -> Vec<f32> {
+pub(crate) fn rope_inv_freq(c: &ModelConfig, factors: Option<&[f32]>) -> Vec<f32> {
     let d = c.head_dim;
     let base: Vec<f32> =
         (0..d / 2).map(|i| (1.0 / (c.rope_theta as f64).powf((2 * i) as f64 / d as f64)) as f32).collect();

@@ -8,8 +8,14 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::sync::Arc;
 use tensorfold::chat::{render_chat, ChatMessage};
+use tensorfold::cuda_llama::Sizing;
+use tensorfold::cuda_setup::{CudaDevice, Device};
 use tensorfold::generate::{Sequence, PAGE_TOKENS};
-use tensorfold::model::LoadedModel;
+use tensorfold::config::ModelConfig;
+use tensorfold::model::{CudaModel, LoadedModel};
+use tensorfold::tokenizer::Tokenizer;
+use actix::Addr;
+use tensorfold_actors::device::DeviceActor;
 use tensorfold::sampling::SamplingParams;
 
 use tensorfold::server::validate::TokenizerDecoder;
@@ -33,6 +39,8 @@ enum Command {
     Generate(GenerateArgs),
     /// Measure prompt and decode tokens/s on one stream.
     Bench(BenchArgs),
+    /// Greedy-decode token-id prompts and write every step's logits, for comparison with a reference.
+    Logits(LogitsArgs),
     /// Fetch the default text model and voice into the cache (if needed) and print their paths.
     Fetch,
     /// Serve the OpenAI-compatible HTTP API.
@@ -116,6 +124,9 @@ struct ModelArgs {
     /// Compute threads; default: all cores.
     #[arg(long)]
     threads: Option<usize>,
+    /// Where the model runs: cpu, or cuda (the first NVIDIA GPU; weights in bf16).
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    device: Device,
 }
 
 #[derive(Args)]
@@ -172,6 +183,18 @@ struct BenchArgs {
     repeats: usize,
 }
 
+#[derive(Args)]
+struct LogitsArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// JSON {"prompts": [[ids]], "steps": N}.
+    #[arg(long, value_name = "FILE")]
+    prompts: PathBuf,
+    /// Writes DIR/tokens.json and DIR/logits.f32 ([prompts][steps][vocab], little-endian f32).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+}
+
 fn main() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TF_LOG").unwrap_or_else(|_| "info".into());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
@@ -179,6 +202,7 @@ fn main() {
     let result = match cli.command {
         Command::Generate(args) => generate(args),
         Command::Bench(args) => bench(args),
+        Command::Logits(args) => logits(args),
         Command::Serve(args) => serve(args),
         Command::Speak(args) => tensorfold::speak::speak(tensorfold::speak::SpeakArgs {
             speech_model: args.speech_model,
@@ -213,7 +237,57 @@ fn same_path(a: &Path, b: &Path) -> bool {
     matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b)
 }
 
-fn load(args: &ModelArgs) -> Result<LoadedModel> {
+/// A model loaded on its backend.
+enum Loaded {
+    Cpu(LoadedModel),
+    Cuda(CudaDevice, CudaModel),
+}
+
+impl Loaded {
+    fn config(&self) -> &ModelConfig {
+        match self {
+            Loaded::Cpu(m) => m.llama.config(),
+            Loaded::Cuda(_, m) => m.llama.config(),
+        }
+    }
+
+    fn tokenizer(&self) -> &Tokenizer {
+        match self {
+            Loaded::Cpu(m) => &m.tokenizer,
+            Loaded::Cuda(_, m) => &m.tokenizer,
+        }
+    }
+
+    /// The runtime's model, its name and tokenizer, and the device actor a GPU model's memory is held by.
+    fn into_spec(self, context: usize, round_tokens: usize, parallel: usize) -> (ModelSpec, String, Tokenizer, Option<Addr<DeviceActor>>) {
+        match self {
+            Loaded::Cpu(LoadedModel { name, llama, tokenizer }) => {
+                let spec = ModelSpec {
+                    weight_bytes: llama.num_weight_bytes(),
+                    activation_bytes: llama.activation_bytes(round_tokens, parallel),
+                    kind: ModelKind::Tokens { engine: Box::new(llama), codec: None },
+                    context,
+                };
+                (spec, name, tokenizer, None)
+            }
+            Loaded::Cuda(dev, CudaModel { name, llama, tokenizer }) => {
+                // Weights and activations are already held in the GPU ledger.
+                let kind = ModelKind::Tokens { engine: Box::new(llama), codec: None };
+                (ModelSpec { weight_bytes: 0, activation_bytes: 0, kind, context }, name, tokenizer, Some(dev.device))
+            }
+        }
+    }
+}
+
+async fn start_runtime(device: Option<Addr<DeviceActor>>, models: Vec<ModelSpec>, cfg: RuntimeConfig) -> Result<Runtime> {
+    Ok(match device {
+        Some(d) => Runtime::start_on(d, models, cfg).await?,
+        None => Runtime::start(models, cfg).await?,
+    })
+}
+
+/// Loads the model on `--device`; a GPU model gets buffers for rounds of `sizing` under `memory_limit`.
+fn load(args: &ModelArgs, sizing: Sizing, memory_limit: Option<usize>) -> Result<Loaded> {
     if let Some(n) = args.threads {
         if n == 0 {
             bail!("--threads must be at least 1");
@@ -228,22 +302,37 @@ fn load(args: &ModelArgs) -> Result<LoadedModel> {
         bar.set_message(path.display().to_string());
         bar
     });
-    let model = tensorfold::model::load(&path, &mut |done, total| match &bar {
+    let mut progress = |done: usize, total: usize| match &bar {
         Some(b) => {
             b.set_length(total as u64);
             b.set_position(done as u64);
         }
         None if done == total => tracing::info!(path = %path.display(), layers = total, "model loaded"),
         None => {}
-    })?;
+    };
+    let (model, weight_bytes) = match args.device {
+        Device::Cpu => {
+            let m = tensorfold::model::load(&path, &mut progress)?;
+            let bytes = m.llama.num_weight_bytes();
+            (Loaded::Cpu(m), bytes)
+        }
+        Device::Cuda => {
+            let dev = CudaDevice::open(memory_limit)?;
+            let m = dev.load(&path, sizing, &mut progress)?;
+            let bytes = m.llama.num_weight_bytes();
+            tracing::info!(activation_bytes = m.llama.activation_bytes(), "GPU buffers");
+            (Loaded::Cuda(dev, m), bytes)
+        }
+    };
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    let cfg = model.llama.config();
+    let cfg = model.config();
     tracing::info!(
         arch = %cfg.arch,
         layers = cfg.num_layers,
-        weight_bytes = model.llama.num_weight_bytes(),
+        device = ?args.device,
+        weight_bytes,
         threads = rayon::current_num_threads(),
         seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
         "ready"
@@ -263,8 +352,9 @@ fn generate(args: GenerateArgs) -> Result<()> {
     if let Err(e) = params.validate() {
         bail!("{}", e.replacen('_', "-", 1));
     }
-    let model = load(&args.model)?;
-    let tok = &model.tokenizer;
+    let sizing = Sizing { max_tokens: 512, max_lanes: 1, context: 1 << 17 };
+    let model = load(&args.model, sizing, None)?;
+    let tok = model.tokenizer();
     let text = if args.chat {
         let template = tok.chat_template().context("the model has no chat template; drop --chat")?;
         let mut messages = Vec::new();
@@ -280,24 +370,18 @@ fn generate(args: GenerateArgs) -> Result<()> {
     if prompt.is_empty() {
         bail!("the prompt is empty");
     }
-    let context = model.llama.config().max_position;
+    let context = model.config().max_position.min(sizing.context);
     if prompt.len() >= context {
         bail!("the prompt has {} tokens but the model's context is {context}", prompt.len());
     }
     let max_tokens = args.max_tokens.min(context - prompt.len());
-    let LoadedModel { llama, tokenizer, .. } = model;
+    let (model, _, tokenizer, device) = model.into_spec(context, 512, 1);
     let tokenizer = Arc::new(tokenizer);
     let cfg = RuntimeConfig {
         page_tokens: PAGE_TOKENS,
         kv_pages: Some((prompt.len() + max_tokens).div_ceil(PAGE_TOKENS)),
         memory_limit: None,
         schedule: Schedule { round_tokens: 512, parallel: 1, max_waiting: 1 },
-    };
-    let model = ModelSpec {
-        weight_bytes: llama.num_weight_bytes(),
-        activation_bytes: llama.activation_bytes(512, 1),
-        kind: ModelKind::Tokens { engine: Box::new(llama), codec: None },
-        context,
     };
     let request = ValidRequest {
         model: 0,
@@ -311,7 +395,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
     };
     // The CLI is one lane of the same rounds the server runs.
     actix_web::rt::System::new().block_on(async move {
-        let runtime = Runtime::start(vec![model], cfg).await?;
+        let runtime = start_runtime(device, vec![model], cfg).await?;
         let mut events = runtime.submit(request).await?;
         let mut out = std::io::stdout().lock();
         while let Some(event) = events.recv().await {
@@ -334,26 +418,31 @@ fn serve(args: ServeArgs) -> Result<()> {
             bail!("{name} must be at least 1");
         }
     }
-    let model = load(&args.model)?;
-    let model_context = model.llama.config().max_position;
+    if args.model.device == Device::Cuda && args.speech_model.is_some() {
+        bail!("--speech-model runs on the CPU only; drop it or --device cuda");
+    }
+    let max_tokens = args.round_tokens.max(args.parallel);
+    let sizing = Sizing { max_tokens, max_lanes: args.parallel, context: args.context.unwrap_or(4096) };
+    let model = load(&args.model, sizing, args.memory_limit)?;
+    let model_context = model.config().max_position;
     let context = args.context.unwrap_or(model_context.min(4096));
     if context == 0 || context > model_context {
         bail!("--context {context} must be between 1 and the model's context of {model_context}");
     }
-    let LoadedModel { name, llama, tokenizer } = model;
+    // On a GPU the KV pages take what the ledger's cap leaves.
+    let memory_limit = match &model {
+        Loaded::Cuda(dev, _) => Some(dev.cap),
+        Loaded::Cpu(_) => args.memory_limit,
+    };
+    let (spec, name, tokenizer, device) = model.into_spec(context, args.round_tokens, args.parallel);
     let text_path = model_path(&args.model)?;
     let cfg = RuntimeConfig {
         page_tokens: args.page_tokens,
         kv_pages: args.kv_pages,
-        memory_limit: args.memory_limit,
+        memory_limit,
         schedule: Schedule { round_tokens: args.round_tokens, parallel: args.parallel, max_waiting: args.max_waiting },
     };
-    let mut models = vec![ModelSpec {
-        weight_bytes: llama.num_weight_bytes(),
-        activation_bytes: llama.activation_bytes(args.round_tokens, args.parallel),
-        kind: ModelKind::Tokens { engine: Box::new(llama), codec: None },
-        context,
-    }];
+    let mut models = vec![spec];
     let mut speakers = Speakers::default();
     if let Some(dir) = &args.speech_model {
         let (spec, mut front) = SpeechFrontEnd::open(dir, models.len(), args.round_tokens, args.parallel)
@@ -381,23 +470,36 @@ fn serve(args: ServeArgs) -> Result<()> {
     let serve =
         ServeConfig { host: args.host, port: args.port, max_body_bytes: args.max_body_bytes, api_key: args.api_key };
     actix_web::rt::System::new().block_on(async move {
-        let runtime = Runtime::start(models, cfg).await?;
+        let runtime = start_runtime(device, models, cfg).await?;
         tensorfold::server::run(serve, runtime, Arc::new(tokenizer), name, speakers).await?;
         Ok(())
     })
 }
 
+/// One lane driven straight through the engine, with room for `capacity` positions on the model's device.
+fn sequence(model: &Loaded, capacity: usize) -> Result<Sequence<'_>> {
+    Ok(match model {
+        Loaded::Cpu(m) => Sequence::new(&m.llama, capacity),
+        Loaded::Cuda(dev, m) => {
+            let pool = dev.kv_pool(&m.llama, PAGE_TOKENS, capacity.div_ceil(PAGE_TOKENS).max(1))?;
+            Sequence::with_pool(&m.llama, pool)
+        }
+    })
+}
+
 fn bench(args: BenchArgs) -> Result<()> {
-    let model = load(&args.model)?;
-    let vocab = model.tokenizer.vocab_size() as u32;
+    let sizing = Sizing { max_tokens: args.prompt_tokens.max(1), max_lanes: 1, context: args.prompt_tokens + args.decode_tokens + 2 };
+    let model = load(&args.model, sizing, None)?;
+    let vocab = model.tokenizer().vocab_size() as u32;
     let prompt: Vec<u32> = (0..args.prompt_tokens as u32).map(|i| (i * 7919 + 13) % vocab).collect();
     let (mut best_pp, mut best_tg) = (0f64, 0f64);
     for _ in 0..args.repeats.max(1) {
-        let mut seq = Sequence::new(&model.llama, args.prompt_tokens + args.decode_tokens + 1);
+        let mut seq = sequence(&model, args.prompt_tokens + args.decode_tokens + 1)?;
         let t = Instant::now();
         seq.extend(&prompt, args.prompt_tokens, Logits::Last);
         best_pp = best_pp.max(args.prompt_tokens as f64 / t.elapsed().as_secs_f64());
-        let mut seq = Sequence::new(&model.llama, args.decode_tokens + 2);
+        drop(seq);
+        let mut seq = sequence(&model, args.decode_tokens + 2)?;
         seq.extend(&prompt[..1], 1, Logits::Last);
         let t = Instant::now();
         for i in 0..args.decode_tokens {
@@ -411,5 +513,45 @@ fn bench(args: BenchArgs) -> Result<()> {
         args.prompt_tokens,
         args.decode_tokens
     );
+    Ok(())
+}
+
+#[derive(serde::Deserialize)]
+struct PromptSet {
+    prompts: Vec<Vec<u32>>,
+    steps: usize,
+}
+
+fn logits(args: LogitsArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&args.prompts).with_context(|| format!("reading {}", args.prompts.display()))?;
+    let set: PromptSet = serde_json::from_str(&text).with_context(|| format!("{}: expected {{\"prompts\": [[ids]], \"steps\": N}}", args.prompts.display()))?;
+    let longest = set.prompts.iter().map(Vec::len).max().unwrap_or(0);
+    if longest == 0 || set.steps == 0 {
+        bail!("{}: every prompt needs a token and steps must be at least 1", args.prompts.display());
+    }
+    let sizing = Sizing { max_tokens: 512, max_lanes: 1, context: longest + set.steps + 1 };
+    let model = load(&args.model, sizing, None)?;
+    let vocab = model.config().vocab_size;
+    if let Some(bad) = set.prompts.iter().flatten().find(|&&id| id as usize >= vocab) {
+        bail!("{}: token id {bad} is outside the vocabulary of {vocab}", args.prompts.display());
+    }
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let mut rows: Vec<u8> = Vec::new();
+    let mut generated = Vec::new();
+    for prompt in &set.prompts {
+        let mut seq = sequence(&model, prompt.len() + set.steps + 1)?;
+        let mut logits = seq.extend(prompt, 512, Logits::Last);
+        let mut ids = Vec::new();
+        for _ in 0..set.steps {
+            rows.extend(logits.iter().flat_map(|v| v.to_le_bytes()));
+            let id = tensorfold_kernels::ops::argmax(&logits) as u32;
+            ids.push(id);
+            logits = seq.extend(&[id], 1, Logits::Last);
+        }
+        generated.push(ids);
+    }
+    std::fs::write(args.out.join("logits.f32"), rows).context("writing logits.f32")?;
+    std::fs::write(args.out.join("tokens.json"), serde_json::json!({ "tokens": generated }).to_string())
+        .context("writing tokens.json")?;
     Ok(())
 }

@@ -129,6 +129,18 @@ impl Allocation {
     }
 }
 
+impl Allocation {
+    /// The memory as bytes; empty for device memory.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        if !self.host {
+            return &mut [];
+        }
+        let raw = std::ptr::with_exposed_provenance_mut::<u8>(self.ptr.0 as usize);
+        // SAFETY: as in `as_f32_mut`.
+        unsafe { std::slice::from_raw_parts_mut(raw, self.bytes) }
+    }
+}
+
 impl Deref for Allocation {
     type Target = [f32];
 
@@ -187,6 +199,25 @@ impl Drop for Adoption {
     fn drop(&mut self) {
         self.owner.do_send(Free { kind: self.kind, bytes: self.bytes, ptr: None });
     }
+}
+
+/// Starts the device actor on a thread of its own, so code outside the actor system can allocate through it.
+pub fn spawn_device(ledger: Ledger) -> std::io::Result<Addr<DeviceActor>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new().name("device".into()).spawn(move || {
+        let system = System::new();
+        let addr = system.block_on(async { DeviceActor::new(ledger).start() });
+        if tx.send(addr).is_ok() {
+            // The actor serves until the process ends.
+            let _ = system.run();
+        }
+    })?;
+    rx.recv().map_err(|_| std::io::Error::other("the device thread stopped during start-up"))
+}
+
+/// Allocates through the device actor from a thread outside any actor system, waiting for the answer.
+pub fn allocate_blocking(device: &Addr<DeviceActor>, kind: MemoryKind, bytes: usize) -> Result<Allocation, LedgerError> {
+    futures_executor::block_on(device.send(Allocate { kind, bytes })).map_err(|_| LedgerError::DeviceGone)?
 }
 
 /// Owns the ledger; every allocation in the process goes through it.

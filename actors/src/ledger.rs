@@ -81,6 +81,8 @@ pub enum LedgerError {
         #[source]
         source: DriverError,
     },
+    #[error("the device actor has stopped")]
+    DeviceGone,
     #[error("allocation of {requested} bytes of {kind} overflows the byte count")]
     Overflow { kind: MemoryKind, requested: usize },
 }

@@ -1,6 +1,7 @@
 //! The actor runtime: what it needs from an engine, and the actors that drive it.
 
 pub mod coordinator;
+pub mod cuda_driver;
 pub mod device;
 pub mod engine;
 pub mod kv;

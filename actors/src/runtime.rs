@@ -86,6 +86,15 @@ impl Runtime {
     /// Starts the device actor, allocates each model's KV pool through the ledger, and starts the coordinator.
     pub async fn start(models: Vec<ModelSpec>, cfg: RuntimeConfig) -> Result<Runtime, StartError> {
         let device = DeviceActor::new(Ledger::new(cfg.memory_limit, cpu_driver())).start();
+        Runtime::start_on(device, models, cfg).await
+    }
+
+    /// Starts on a running device actor, whose ledger may already hold the models' weights.
+    pub async fn start_on(
+        device: Addr<DeviceActor>,
+        models: Vec<ModelSpec>,
+        cfg: RuntimeConfig,
+    ) -> Result<Runtime, StartError> {
         let gone = |_| StartError::DeviceGone;
         let mut held = Vec::new();
         for m in &models {
@@ -93,7 +102,7 @@ impl Runtime {
             let bytes = m.activation_bytes;
             held.push(device.send(Adopt { kind: MemoryKind::Activations, bytes }).await.map_err(gone)??);
         }
-        let fixed: usize = models.iter().map(|m| m.weight_bytes + m.activation_bytes).sum();
+        let fixed = device.send(Snapshot).await.map_err(gone)?.total_used;
         let num_models = models.len().max(1);
         let (mut slots, mut pages, mut limits) = (Vec::new(), Vec::new(), Vec::new());
         let mut is_voice = Vec::new();
@@ -125,7 +134,13 @@ impl Runtime {
             let keys = device.send(Allocate { kind: MemoryKind::KvCache, bytes: floats * 4 }).await.map_err(gone)??;
             let values =
                 device.send(Allocate { kind: MemoryKind::KvCache, bytes: floats * 4 }).await.map_err(gone)??;
-            let pool = KvPool::with_storage(layout, num_pages, Box::new(keys), Box::new(values));
+            let pool = match keys.is_host_addressable() {
+                true => KvPool::with_storage(layout, num_pages, Box::new(keys), Box::new(values)),
+                false => {
+                    let ptrs = [keys.ptr().0, values.ptr().0];
+                    KvPool::on_device(layout, num_pages, Box::new(keys), Box::new(values), ptrs)
+                }
+            };
             tracing::info!(
                 model = slots.len(),
                 weight_bytes = m.weight_bytes,

@@ -38,19 +38,31 @@ pub struct KvPool {
     num_pages: usize,
     keys: KvStorage,
     values: KvStorage,
+    /// Device addresses of keys and values when the pool lives on a GPU; the host views are then empty.
+    device: Option<[u64; 2]>,
 }
 
 impl KvPool {
     pub fn new(layout: KvLayout, num_pages: usize) -> KvPool {
         let n = num_pages * layout.page_floats();
-        KvPool { layout, num_pages, keys: Box::new(vec![0.0; n]), values: Box::new(vec![0.0; n]) }
+        KvPool { layout, num_pages, keys: Box::new(vec![0.0; n]), values: Box::new(vec![0.0; n]), device: None }
     }
 
     /// A pool over given memory, each buffer at least `num_pages` pages of floats.
     pub fn with_storage(layout: KvLayout, num_pages: usize, keys: KvStorage, values: KvStorage) -> KvPool {
         let n = num_pages * layout.page_floats();
         assert!(keys.len() >= n && values.len() >= n, "KV storage is smaller than {num_pages} pages");
-        KvPool { layout, num_pages, keys, values }
+        KvPool { layout, num_pages, keys, values, device: None }
+    }
+
+    /// A pool in device memory at `ptrs` (keys, values); `keys` and `values` own that memory.
+    pub fn on_device(layout: KvLayout, num_pages: usize, keys: KvStorage, values: KvStorage, ptrs: [u64; 2]) -> KvPool {
+        KvPool { layout, num_pages, keys, values, device: Some(ptrs) }
+    }
+
+    /// Device addresses of keys and values, for a pool on a GPU.
+    pub fn device_ptrs(&self) -> Option<[u64; 2]> {
+        self.device
     }
 
     pub fn layout(&self) -> KvLayout {

@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod conv;
+pub mod cuda;
 pub mod matmul;
 pub mod ops;
 pub mod quant;

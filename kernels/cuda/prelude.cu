@@ -1,0 +1,36 @@
+// Shared helpers: bf16 as raw bits, so the kernels need no CUDA headers under NVRTC.
+typedef unsigned short bf16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+__device__ __forceinline__ float bf2f(bf16 h) { return __uint_as_float(((u32)h) << 16); }
+
+// Round to nearest even, as torch rounds f32 to bf16.
+__device__ __forceinline__ bf16 f2bf(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf16)(u >> 16);
+}
+
+// Butterfly sums: every lane ends with the same value, in an order fixed by the lane layout alone.
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over a block of 256 threads: per-warp butterflies, then the 8 warp sums in warp order.
+__device__ __forceinline__ float block_sum_256(float v, float* scratch) {
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float total = scratch[0];
+    for (int w = 1; w < 8; ++w) total += scratch[w];
+    __syncthreads();
+    return total;
+}

@@ -1,0 +1,369 @@
+//! The CUDA device: one context and stream, and our kernels compiled by NVRTC at start-up and cached on disk.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use cudarc;
+use cudarc::driver::{result, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+use sha2::{Digest, Sha256};
+
+/// A device address.
+pub type DevPtr = u64;
+
+/// The kernel sources, one file per family of operations, compiled together as one module.
+pub const SOURCES: [(&str, &str); 4] = [
+    ("prelude.cu", include_str!("../cuda/prelude.cu")),
+    ("norm.cu", include_str!("../cuda/norm.cu")),
+    ("gemm.cu", include_str!("../cuda/gemm.cu")),
+    ("attention.cu", include_str!("../cuda/attention.cu")),
+];
+
+/// Largest head size the attention kernels take; head sizes must also be multiples of 32.
+pub const MAX_HEAD_DIM: usize = 256;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("no CUDA driver (libcuda.so.1) was found: --device cuda needs an NVIDIA GPU and its driver")]
+    NoDriver,
+    #[error("no NVRTC library (libnvrtc.so) was found: --device cuda needs the CUDA runtime compiler")]
+    NoNvrtc,
+    #[error("no CUDA device was found")]
+    NoDevice,
+    #[error("the GPU has compute capability {0}.{1}; the kernels need 8.0 or newer")]
+    TooOld(i32, i32),
+    #[error("CUDA driver call failed: {0}")]
+    Driver(#[from] result::DriverError),
+    #[error("compiling the CUDA kernels failed: {0}")]
+    Compile(String),
+}
+
+struct Functions {
+    embed_rows: CudaFunction,
+    rms_norm: CudaFunction,
+    add_rms_norm: CudaFunction,
+    add_rows: CudaFunction,
+    swiglu: CudaFunction,
+    gemm_m16: CudaFunction,
+    gemm_m64: CudaFunction,
+    qkv_rope_store: CudaFunction,
+    paged_attention: CudaFunction,
+}
+
+/// One GPU: its context, the stream every kernel and copy runs on, and the loaded kernels.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    f: Functions,
+}
+
+/// Whether the driver and NVRTC libraries can be loaded; checked before any call that would panic without them.
+pub fn libraries_present() -> Result<(), GpuError> {
+    // SAFETY: these only try to open the shared libraries.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(GpuError::NoDriver);
+    }
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoNvrtc);
+    }
+    Ok(())
+}
+
+/// All kernel sources as one program.
+pub fn source() -> String {
+    SOURCES.iter().map(|(name, text)| format!("// {name}\n{text}\n")).collect()
+}
+
+/// Compiles the kernels to PTX for `arch` (such as `sm_90`); needs NVRTC but no GPU.
+pub fn compile_ptx(arch: &str) -> Result<String, GpuError> {
+    // SAFETY: only opens the library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoNvrtc);
+    }
+    let opts = CompileOptions { options: options(arch), ..Default::default() };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source(), opts).map_err(|e| GpuError::Compile(e.to_string()))?;
+    Ok(ptx.to_src())
+}
+
+fn options(arch: &str) -> Vec<String> {
+    vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()]
+}
+
+/// The PTX for `arch`, from `cache_dir` when a build of the same source and options is there.
+fn cached_ptx(arch: &str, cache_dir: Option<&Path>) -> Result<String, GpuError> {
+    let mut hash = Sha256::new();
+    hash.update(source());
+    hash.update(options(arch).join(" "));
+    let key: String = hash.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
+    let path: Option<PathBuf> = cache_dir.map(|d| d.join(format!("kernels-{key}.ptx")));
+    if let Some(text) = path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
+        return Ok(text);
+    }
+    let ptx = compile_ptx(arch)?;
+    if let Some(p) = &path {
+        // A cache that cannot be written only costs a compile next time.
+        let tmp = p.with_extension("tmp");
+        let written = p.parent().map(std::fs::create_dir_all).transpose().and_then(|_| std::fs::write(&tmp, &ptx));
+        if written.and_then(|_| std::fs::rename(&tmp, p)).is_err() {
+            tracing::warn!(path = %p.display(), "could not cache the compiled kernels");
+        }
+    }
+    Ok(ptx)
+}
+
+fn cfg(grid: (u32, u32), block: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// K is summed in this many segments, fixed by K alone: the most of 8, 4, 2 or 1 that splits it into 32-wide chunks.
+pub fn gemm_segments(k: usize) -> usize {
+    [8, 4, 2, 1].into_iter().find(|s| k % (32 * s) == 0).unwrap_or(1)
+}
+
+impl Gpu {
+    /// Opens device `ordinal` and loads the kernels, compiling them unless `cache_dir` holds this build.
+    pub fn open(ordinal: usize, cache_dir: Option<&Path>) -> Result<Arc<Gpu>, GpuError> {
+        libraries_present()?;
+        if CudaContext::device_count()? <= ordinal as i32 {
+            return Err(GpuError::NoDevice);
+        }
+        let ctx = CudaContext::new(ordinal)?;
+        let (major, minor) = ctx.compute_capability()?;
+        if major < 8 {
+            return Err(GpuError::TooOld(major, minor));
+        }
+        let module = ctx.load_module(Ptx::from_src(cached_ptx(&format!("sm_{major}{minor}"), cache_dir)?))?;
+        let load = |name: &str| module.load_function(name);
+        let f = Functions {
+            embed_rows: load("embed_rows")?,
+            rms_norm: load("rms_norm")?,
+            add_rms_norm: load("add_rms_norm")?,
+            add_rows: load("add_rows")?,
+            swiglu: load("swiglu")?,
+            gemm_m16: load("gemm_m16")?,
+            gemm_m64: load("gemm_m64")?,
+            qkv_rope_store: load("qkv_rope_store")?,
+            paged_attention: load("paged_attention")?,
+        };
+        let stream = ctx.default_stream();
+        Ok(Arc::new(Gpu { ctx, stream, f }))
+    }
+
+    pub fn name(&self) -> String {
+        self.ctx.name().unwrap_or_else(|_| "unknown GPU".into())
+    }
+
+    pub fn total_memory(&self) -> Result<usize, GpuError> {
+        Ok(self.ctx.total_mem()?)
+    }
+
+    /// Device memory, or with `host` pinned host memory, straight from the driver; `Err(true)` means out of memory.
+    pub fn malloc(&self, bytes: usize, host: bool) -> Result<DevPtr, (bool, String)> {
+        self.bind().map_err(|e| (false, e.to_string()))?;
+        // SAFETY: plain allocation calls with the context current; the ledger frees each pointer once.
+        let got = unsafe {
+            match host {
+                true => result::malloc_host(bytes.max(1), 0).map(|p| p as DevPtr),
+                false => result::malloc_sync(bytes.max(1)),
+            }
+        };
+        got.map_err(|e| (e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY, e.to_string()))
+    }
+
+    /// Frees what `malloc` returned.
+    pub fn free(&self, ptr: DevPtr, host: bool) {
+        if self.bind().is_err() {
+            return;
+        }
+        // SAFETY: `ptr` came from `malloc` with the same `host` and is freed once.
+        let freed = unsafe {
+            match host {
+                true => result::free_host(ptr as *mut std::ffi::c_void),
+                false => result::free_sync(ptr),
+            }
+        };
+        if let Err(e) = freed {
+            tracing::warn!(error = %e, "freeing GPU memory failed");
+        }
+    }
+
+    /// Makes this GPU's context current on the calling thread.
+    pub fn bind(&self) -> Result<(), GpuError> {
+        Ok(self.ctx.bind_to_thread()?)
+    }
+
+    /// Copies host bytes to device memory, waiting for the copy.
+    pub fn upload<T>(&self, dst: DevPtr, src: &[T]) -> Result<(), GpuError> {
+        self.bind()?;
+        // SAFETY: callers pass an allocation of at least `size_of_val(src)` bytes.
+        unsafe { result::memcpy_htod_async(dst, src, self.stream.cu_stream())? };
+        Ok(self.stream.synchronize()?)
+    }
+
+    /// Queues a copy of host memory to the device; `src` must stay untouched until `sync`.
+    ///
+    /// # Safety
+    /// `dst` must hold `size_of_val(src)` bytes and `src` must outlive the copy (pinned memory is best).
+    pub unsafe fn upload_async<T>(&self, dst: DevPtr, src: &[T]) -> Result<(), GpuError> {
+        Ok(unsafe { result::memcpy_htod_async(dst, src, self.stream.cu_stream())? })
+    }
+
+    /// Queues a copy of device memory to the host.
+    ///
+    /// # Safety
+    /// `src` must hold `size_of_val(dst)` bytes and `dst` must stay alive and unread until `sync`.
+    pub unsafe fn download_async<T>(&self, dst: &mut [T], src: DevPtr) -> Result<(), GpuError> {
+        Ok(unsafe { result::memcpy_dtoh_async(dst, src, self.stream.cu_stream())? })
+    }
+
+    /// Waits for everything queued on the stream.
+    pub fn sync(&self) -> Result<(), GpuError> {
+        Ok(self.stream.synchronize()?)
+    }
+
+    /// x[r] = table[tokens[r]] as f32, for `rows` rows of width `h`.
+    pub fn embed_rows(&self, table: DevPtr, tokens: DevPtr, x: DevPtr, rows: usize, h: usize) -> Result<(), GpuError> {
+        let h = h as i32;
+        let mut b = self.stream.launch_builder(&self.f.embed_rows);
+        b.arg(&table).arg(&tokens).arg(&x).arg(&h);
+        // SAFETY: the pointers hold `rows` tokens and rows of `h`; the kernel reads and writes only those.
+        unsafe { b.launch(cfg((rows as u32, 1), 256))? };
+        Ok(())
+    }
+
+    /// out[r] = rms_norm(x[rows[r]]) * w as bf16; `rows` 0 means every row in order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rms_norm(&self, x: DevPtr, rows: DevPtr, n: usize, w: DevPtr, out: DevPtr, h: usize, eps: f32) -> Result<(), GpuError> {
+        let h = h as i32;
+        let mut b = self.stream.launch_builder(&self.f.rms_norm);
+        b.arg(&x).arg(&rows).arg(&w).arg(&out).arg(&h).arg(&eps);
+        // SAFETY: as for `embed_rows`.
+        unsafe { b.launch(cfg((n as u32, 1), 256))? };
+        Ok(())
+    }
+
+    /// x += delta, then out = rms_norm(x) * w as bf16.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_rms_norm(&self, x: DevPtr, delta: DevPtr, w: DevPtr, out: DevPtr, n: usize, h: usize, eps: f32) -> Result<(), GpuError> {
+        let h = h as i32;
+        let mut b = self.stream.launch_builder(&self.f.add_rms_norm);
+        b.arg(&x).arg(&delta).arg(&w).arg(&out).arg(&h).arg(&eps);
+        // SAFETY: as for `embed_rows`.
+        unsafe { b.launch(cfg((n as u32, 1), 256))? };
+        Ok(())
+    }
+
+    /// x += delta over `n` rows of width `h`.
+    pub fn add_rows(&self, x: DevPtr, delta: DevPtr, n: usize, h: usize) -> Result<(), GpuError> {
+        let h = h as i32;
+        let mut b = self.stream.launch_builder(&self.f.add_rows);
+        b.arg(&x).arg(&delta).arg(&h);
+        // SAFETY: as for `embed_rows`.
+        unsafe { b.launch(cfg((n as u32, 1), 256))? };
+        Ok(())
+    }
+
+    /// act = silu(gate) * up as bf16, from rows of gate then up, `f` wide each.
+    pub fn swiglu(&self, gate_up: DevPtr, act: DevPtr, n: usize, f: usize) -> Result<(), GpuError> {
+        let f = f as i32;
+        let mut b = self.stream.launch_builder(&self.f.swiglu);
+        b.arg(&gate_up).arg(&act).arg(&f);
+        // SAFETY: as for `embed_rows`.
+        unsafe { b.launch(cfg((n as u32, 1), 256))? };
+        Ok(())
+    }
+
+    /// c[m x n] = a[m x k] * w[n x k]^T (+ bias), bf16 in, f32 out; `bias` 0 for none. K must be a multiple of 32.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm(&self, a: DevPtr, w: DevPtr, bias: DevPtr, c: DevPtr, m: usize, n: usize, k: usize) -> Result<(), GpuError> {
+        assert!(k % 32 == 0, "gemm: K = {k} is not a multiple of 32");
+        let (func, rows) = if m <= 16 { (&self.f.gemm_m16, 16) } else { (&self.f.gemm_m64, 64) };
+        let segments = gemm_segments(k) as i32;
+        let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+        let mut b = self.stream.launch_builder(func);
+        b.arg(&a).arg(&w).arg(&bias).arg(&c).arg(&mi).arg(&ni).arg(&ki).arg(&segments);
+        // SAFETY: a, w and c hold m*k, n*k and m*n elements, and bias n or none.
+        unsafe { b.launch(cfg((n.div_ceil(32) as u32, m.div_ceil(rows) as u32), 256))? };
+        Ok(())
+    }
+
+    /// Per-head norm and RoPE of q and k in `qkv`, and k and v written to the cache at `kv_off[r] + layer_off`.
+    pub fn qkv_rope_store(&self, a: &QkvArgs) -> Result<(), GpuError> {
+        let (nh, nkv, d, il) = (a.num_heads as i32, a.num_kv_heads as i32, a.head_dim as i32, a.interleaved as i32);
+        let mut b = self.stream.launch_builder(&self.f.qkv_rope_store);
+        b.arg(&a.qkv).arg(&a.pos).arg(&a.kv_off).arg(&a.inv_freq).arg(&a.q_norm).arg(&a.k_norm).arg(&a.eps);
+        b.arg(&a.kcache).arg(&a.vcache).arg(&a.layer_off).arg(&nh).arg(&nkv).arg(&d).arg(&il);
+        // SAFETY: the caller's buffers hold `rows` rows of q, k and v and cache slots for each row.
+        unsafe { b.launch(cfg((a.rows as u32, (a.num_heads + 2 * a.num_kv_heads) as u32), 32))? };
+        Ok(())
+    }
+
+    /// Causal attention of each row over its lane's pages; out is bf16 rows of num_heads * head_dim.
+    pub fn paged_attention(&self, a: &AttentionArgs) -> Result<(), GpuError> {
+        let (nh, nkv, d, pt) = (a.num_heads as i32, a.num_kv_heads as i32, a.head_dim as i32, a.page_tokens as i32);
+        let mut b = self.stream.launch_builder(&self.f.paged_attention);
+        b.arg(&a.qkv).arg(&a.pos).arg(&a.page_table).arg(&a.table_off).arg(&a.kcache).arg(&a.vcache).arg(&a.out);
+        b.arg(&nh).arg(&nkv).arg(&d).arg(&pt).arg(&a.page_stride).arg(&a.layer_off).arg(&a.scale);
+        // SAFETY: every row's pages cover its position; the caller's buffers hold `rows` rows.
+        unsafe { b.launch(cfg((a.num_heads as u32, a.rows as u32), 32))? };
+        Ok(())
+    }
+}
+
+/// Arguments of `qkv_rope_store`; pointers are device addresses, 0 for an absent norm.
+pub struct QkvArgs {
+    pub qkv: DevPtr,
+    pub pos: DevPtr,
+    pub kv_off: DevPtr,
+    pub inv_freq: DevPtr,
+    pub q_norm: DevPtr,
+    pub k_norm: DevPtr,
+    pub eps: f32,
+    pub kcache: DevPtr,
+    pub vcache: DevPtr,
+    pub layer_off: u64,
+    pub rows: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub interleaved: bool,
+}
+
+/// Arguments of `paged_attention`.
+pub struct AttentionArgs {
+    pub qkv: DevPtr,
+    pub pos: DevPtr,
+    pub page_table: DevPtr,
+    pub table_off: DevPtr,
+    pub kcache: DevPtr,
+    pub vcache: DevPtr,
+    pub out: DevPtr,
+    pub rows: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub page_tokens: usize,
+    pub page_stride: u64,
+    pub layer_off: u64,
+    pub scale: f32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_segments_depend_on_k_alone() {
+        assert_eq!([gemm_segments(4096), gemm_segments(576), gemm_segments(64), gemm_segments(32)], [8, 2, 2, 1]);
+        assert_eq!(gemm_segments(14336), 8);
+    }
+
+    #[test]
+    fn test_kernels_compile_where_nvrtc_is_present() {
+        match compile_ptx("sm_90") {
+            Ok(ptx) => assert!(ptx.contains(".entry gemm_m16") && ptx.contains("mma.sync"), "PTX lacks the GEMM"),
+            Err(GpuError::NoNvrtc) => eprintln!("skipped: no NVRTC library on this machine"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}

@@ -1,0 +1,429 @@
+//! The Llama family on a CUDA GPU: bf16 weights, f32 residual stream and KV, our batch-invariant kernels.
+
+use std::sync::{Arc, Mutex};
+
+use half::bf16;
+use rayon::prelude::*;
+use tensorfold_actors::device::Allocation;
+use tensorfold_actors::engine::{Engine, KvLayout, KvPool, LaneStep, Logits};
+use tensorfold_actors::ledger::{LedgerError, MemoryKind};
+use tensorfold_kernels::cuda::{AttentionArgs, DevPtr, Gpu, GpuError, QkvArgs, MAX_HEAD_DIM};
+use tensorfold_kernels::Weight;
+
+use crate::checkpoint::Checkpoint;
+use crate::config::ModelConfig;
+use crate::error::LoadError;
+use crate::llama::{rope_inv_freq, Loader};
+
+/// Allocates memory of a kind through the runtime's ledger.
+pub type Alloc<'a> = dyn FnMut(MemoryKind, usize) -> Result<Allocation, LedgerError> + 'a;
+
+/// What one round may hold: the buffers are sized for it at load.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizing {
+    /// Most tokens in one forward.
+    pub max_tokens: usize,
+    /// Most lanes in one forward.
+    pub max_lanes: usize,
+    /// Most positions of one lane.
+    pub context: usize,
+}
+
+struct GpuLayer {
+    input_norm: DevPtr,
+    qkv: DevPtr,
+    qkv_bias: DevPtr,
+    q_norm: DevPtr,
+    k_norm: DevPtr,
+    o: DevPtr,
+    o_bias: DevPtr,
+    post_norm: DevPtr,
+    gate_up: DevPtr,
+    down: DevPtr,
+}
+
+/// One round's device buffers.
+struct Scratch {
+    x: DevPtr,
+    normed: DevPtr,
+    qkv: DevPtr,
+    attn: DevPtr,
+    proj: DevPtr,
+    gate_up: DevPtr,
+    act: DevPtr,
+    logits: DevPtr,
+    meta: DevPtr,
+}
+
+/// Byte offsets of the per-round tables inside the meta buffer and its pinned host copy.
+#[derive(Clone, Copy)]
+struct MetaLayout {
+    tokens: usize,
+    pos: usize,
+    kv_off: usize,
+    table_off: usize,
+    rows: usize,
+    pages: usize,
+    end: usize,
+}
+
+impl MetaLayout {
+    fn new(s: &Sizing) -> MetaLayout {
+        let align = |n: usize| n.div_ceil(256) * 256;
+        let t = s.max_tokens;
+        let tokens = 0;
+        let pos = tokens + align(4 * t);
+        let kv_off = pos + align(4 * t);
+        let table_off = kv_off + align(8 * t);
+        let rows = table_off + align(4 * t);
+        let pages = rows + align(4 * t);
+        let end = pages + align(4 * s.max_lanes * s.context);
+        MetaLayout { tokens, pos, kv_off, table_off, rows, pages, end }
+    }
+}
+
+pub struct CudaLlama {
+    cfg: ModelConfig,
+    gpu: Arc<Gpu>,
+    sizing: Sizing,
+    embed: DevPtr,
+    layers: Vec<GpuLayer>,
+    norm: DevPtr,
+    lm_head: DevPtr,
+    inv_freq: DevPtr,
+    scratch: Scratch,
+    meta: MetaLayout,
+    /// Pinned host memory: the meta tables going up, then the logits coming down.
+    staging: Mutex<Allocation>,
+    weight_bytes: usize,
+    activation_bytes: usize,
+    /// Every allocation the model holds, returned to the ledger when it drops.
+    _held: Vec<Allocation>,
+}
+
+/// Uploads weights through the ledger as they are read, one tensor in host memory at a time.
+struct Uploader<'a, 'b> {
+    gpu: &'a Gpu,
+    alloc: &'a mut Alloc<'b>,
+    held: Vec<Allocation>,
+    bytes: usize,
+}
+
+fn gpu_err(e: GpuError) -> LoadError {
+    LoadError::Device(e.to_string())
+}
+
+impl Uploader<'_, '_> {
+    fn buffer(&mut self, kind: MemoryKind, bytes: usize) -> Result<DevPtr, LoadError> {
+        let a = (self.alloc)(kind, bytes).map_err(|e| LoadError::Device(e.to_string()))?;
+        let ptr = a.ptr().0;
+        self.held.push(a);
+        Ok(ptr)
+    }
+
+    fn upload<T>(&mut self, data: &[T]) -> Result<DevPtr, LoadError> {
+        let bytes = std::mem::size_of_val(data);
+        self.bytes += bytes;
+        let ptr = self.buffer(MemoryKind::Weights, bytes)?;
+        self.gpu.upload(ptr, data).map_err(gpu_err)?;
+        Ok(ptr)
+    }
+
+    /// Rows of several weights stacked into one bf16 matrix.
+    fn matrices(&mut self, parts: &[Weight]) -> Result<DevPtr, LoadError> {
+        let mut data: Vec<bf16> = Vec::new();
+        for w in parts {
+            let f = match w {
+                Weight::F32 { data, .. } => std::borrow::Cow::Borrowed(data.as_slice()),
+                Weight::Quant { .. } => std::borrow::Cow::Owned(w.to_f32()),
+            };
+            data.par_extend(f.par_iter().map(|&v| bf16::from_f32(v)));
+        }
+        self.upload(&data)
+    }
+
+    fn vector(&mut self, v: &[f32]) -> Result<DevPtr, LoadError> {
+        self.upload(v)
+    }
+}
+
+impl CudaLlama {
+    /// Loads the checkpoint onto `gpu`, every buffer through `alloc`; `progress(done, total)` follows the layers.
+    pub fn load(
+        ckpt: &dyn Checkpoint,
+        gpu: Arc<Gpu>,
+        sizing: Sizing,
+        alloc: &mut Alloc,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<CudaLlama, LoadError> {
+        let c = ckpt.config().clone();
+        let fault = |f: String| LoadError::Device(format!("{}: {f}", ckpt.path().display()));
+        if c.head_dim % 32 != 0 || c.head_dim > MAX_HEAD_DIM {
+            return Err(fault(format!("head size {} is not a multiple of 32 up to {MAX_HEAD_DIM}", c.head_dim)));
+        }
+        if c.hidden_size % 32 != 0 || c.intermediate_size % 32 != 0 || (c.num_heads * c.head_dim) % 32 != 0 {
+            return Err(fault("the CUDA kernels need hidden and intermediate sizes that are multiples of 32".into()));
+        }
+        let ld = Loader { ckpt };
+        let (h, f) = (c.hidden_size, c.intermediate_size);
+        let (q_dim, kv_dim) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        let shared = gpu.clone();
+        let mut up = Uploader { gpu: &shared, alloc, held: Vec::new(), bytes: 0 };
+        let embed_w = ld.matrix("model.embed_tokens.weight", c.vocab_size, h)?;
+        let embed = up.matrices(std::slice::from_ref(&embed_w))?;
+        drop(embed_w);
+        let mut layers = Vec::with_capacity(c.num_layers);
+        for i in 0..c.num_layers {
+            let p = format!("model.layers.{i}");
+            let a = format!("{p}.self_attn");
+            let q = ld.matrix(&format!("{a}.q_proj.weight"), q_dim, h)?;
+            let k = ld.matrix(&format!("{a}.k_proj.weight"), kv_dim, h)?;
+            let v = ld.matrix(&format!("{a}.v_proj.weight"), kv_dim, h)?;
+            let qkv = up.matrices(&[q, k, v])?;
+            let qkv_bias = match c.attn_bias {
+                true => {
+                    let mut b = ld.vector(&format!("{a}.q_proj.bias"), q_dim)?;
+                    b.extend(ld.vector(&format!("{a}.k_proj.bias"), kv_dim)?);
+                    b.extend(ld.vector(&format!("{a}.v_proj.bias"), kv_dim)?);
+                    up.vector(&b)?
+                }
+                false => 0,
+            };
+            let (q_norm, k_norm) = match c.qk_norm {
+                true => (
+                    up.vector(&ld.vector(&format!("{a}.q_norm.weight"), c.head_dim)?)?,
+                    up.vector(&ld.vector(&format!("{a}.k_norm.weight"), c.head_dim)?)?,
+                ),
+                false => (0, 0),
+            };
+            let o = up.matrices(&[ld.matrix(&format!("{a}.o_proj.weight"), h, q_dim)?])?;
+            let o_bias = match ckpt.contains(&format!("{a}.o_proj.bias")) {
+                true => up.vector(&ld.vector(&format!("{a}.o_proj.bias"), h)?)?,
+                false => 0,
+            };
+            let gate = ld.matrix(&format!("{p}.mlp.gate_proj.weight"), f, h)?;
+            let upw = ld.matrix(&format!("{p}.mlp.up_proj.weight"), f, h)?;
+            let gate_up = up.matrices(&[gate, upw])?;
+            let down = up.matrices(&[ld.matrix(&format!("{p}.mlp.down_proj.weight"), h, f)?])?;
+            let input_norm = up.vector(&ld.vector(&format!("{p}.input_layernorm.weight"), h)?)?;
+            let post_norm = up.vector(&ld.vector(&format!("{p}.post_attention_layernorm.weight"), h)?)?;
+            layers.push(GpuLayer { input_norm, qkv, qkv_bias, q_norm, k_norm, o, o_bias, post_norm, gate_up, down });
+            progress(i + 1, c.num_layers);
+        }
+        let norm = up.vector(&ld.vector("model.norm.weight", h)?)?;
+        let lm_head = match c.tie_embeddings && !ckpt.contains("lm_head.weight") {
+            true => embed,
+            false => up.matrices(&[ld.matrix("lm_head.weight", c.vocab_size, h)?])?,
+        };
+        let factors = match ckpt.contains("rope_freqs.weight") {
+            true => Some(ld.vector("rope_freqs.weight", c.head_dim / 2)?),
+            false => None,
+        };
+        let inv_freq = up.vector(&rope_inv_freq(&c, factors.as_deref()))?;
+        let weight_bytes = up.bytes;
+        let (t, meta) = (sizing.max_tokens, MetaLayout::new(&sizing));
+        let width = q_dim + 2 * kv_dim;
+        let act = MemoryKind::Activations;
+        let sizes = [
+            4 * t * h,
+            2 * t * h,
+            4 * t * width,
+            2 * t * q_dim,
+            4 * t * h,
+            8 * t * f,
+            2 * t * f,
+            4 * t * c.vocab_size,
+            meta.end,
+        ];
+        let mut ptrs = [0; 9];
+        for (p, &bytes) in ptrs.iter_mut().zip(&sizes) {
+            *p = up.buffer(act, bytes)?;
+        }
+        let [x, normed, qkv, attn, proj, gate_up, act_buf, logits, meta_ptr] = ptrs;
+        let scratch = Scratch { x, normed, qkv, attn, proj, gate_up, act: act_buf, logits, meta: meta_ptr };
+        let staging_bytes = meta.end + 4 * t * c.vocab_size;
+        let staging = (up.alloc)(MemoryKind::PinnedHost, staging_bytes).map_err(|e| LoadError::Device(e.to_string()))?;
+        let activation_bytes = sizes.iter().sum::<usize>() + staging_bytes;
+        Ok(CudaLlama {
+            cfg: c,
+            gpu,
+            sizing,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            inv_freq,
+            scratch,
+            meta,
+            staging: Mutex::new(staging),
+            weight_bytes,
+            activation_bytes,
+            _held: up.held,
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Bytes of weights on the GPU.
+    pub fn num_weight_bytes(&self) -> usize {
+        self.weight_bytes
+    }
+
+    /// Bytes of activation buffers, device and pinned host.
+    pub fn activation_bytes(&self) -> usize {
+        self.activation_bytes
+    }
+
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Runs the round; `Err` for a device fault.
+    fn run(&self, pool: &KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, String> {
+        let (c, s, g) = (&self.cfg, &self.scratch, &*self.gpu);
+        let [kcache, vcache] = pool.device_ptrs().ok_or("the KV pool is not on the GPU")?;
+        let layout = pool.layout();
+        let pt = layout.page_tokens;
+        let kv_dim = layout.kv_dim();
+        let page_stride = (c.num_layers * pt * kv_dim) as u64;
+        let t: usize = lanes.iter().map(|l| l.tokens.len()).sum();
+        if t == 0 || t > self.sizing.max_tokens || lanes.len() > self.sizing.max_lanes {
+            return Err(format!("a round of {t} tokens over {} lanes exceeds the sizing {:?}", lanes.len(), self.sizing));
+        }
+        let mut staging = self.staging.lock().map_err(|_| "the staging buffer is poisoned")?;
+        let bytes = staging.as_bytes_mut();
+        let m = self.meta;
+        let (mut row, mut num_pages, mut logit_rows) = (0usize, 0usize, Vec::new());
+        for lane in lanes {
+            if num_pages + lane.pages.len() > self.sizing.max_lanes * self.sizing.context {
+                return Err("the round's page tables exceed the sizing".into());
+            }
+            for (i, &p) in lane.pages.iter().enumerate() {
+                put(bytes, m.pages + 4 * (num_pages + i), &p.to_le_bytes());
+            }
+            for (i, &tok) in lane.tokens.iter().enumerate() {
+                let pos = lane.start_pos + i;
+                let page = *lane.pages.get(pos / pt).ok_or("a lane's pages do not cover its positions")?;
+                let off = page as u64 * page_stride + ((pos % pt) * kv_dim) as u64;
+                put(bytes, m.tokens + 4 * row, &tok.to_le_bytes());
+                put(bytes, m.pos + 4 * row, &(pos as u32).to_le_bytes());
+                put(bytes, m.kv_off + 8 * row, &off.to_le_bytes());
+                put(bytes, m.table_off + 4 * row, &(num_pages as u32).to_le_bytes());
+                let wanted = match lane.logits {
+                    Logits::None => false,
+                    Logits::Last => i + 1 == lane.tokens.len(),
+                    Logits::All => true,
+                };
+                if wanted {
+                    put(bytes, m.rows + 4 * logit_rows.len(), &(row as u32).to_le_bytes());
+                    logit_rows.push(row);
+                }
+                row += 1;
+            }
+            num_pages += lane.pages.len();
+        }
+        let e = |e: GpuError| e.to_string();
+        g.bind().map_err(e)?;
+        // SAFETY: the staging bytes are pinned, and stay locked and unchanged until the sync below.
+        unsafe { g.upload_async(s.meta, &bytes[..m.end]).map_err(e)? };
+        let at = |off: usize| s.meta + off as u64;
+        let (h, f, d) = (c.hidden_size, c.intermediate_size, c.head_dim);
+        let (q_dim, width) = (c.num_heads * d, (c.num_heads + 2 * c.num_kv_heads) * d);
+        g.embed_rows(self.embed, at(m.tokens), s.x, t, h).map_err(e)?;
+        g.rms_norm(s.x, 0, t, self.layers[0].input_norm, s.normed, h, c.rms_eps).map_err(e)?;
+        for (li, l) in self.layers.iter().enumerate() {
+            let layer_off = (li * pt * kv_dim) as u64;
+            g.gemm(s.normed, l.qkv, l.qkv_bias, s.qkv, t, width, h).map_err(e)?;
+            g.qkv_rope_store(&QkvArgs {
+                qkv: s.qkv,
+                pos: at(m.pos),
+                kv_off: at(m.kv_off),
+                inv_freq: self.inv_freq,
+                q_norm: l.q_norm,
+                k_norm: l.k_norm,
+                eps: c.rms_eps,
+                kcache,
+                vcache,
+                layer_off,
+                rows: t,
+                num_heads: c.num_heads,
+                num_kv_heads: c.num_kv_heads,
+                head_dim: d,
+                interleaved: c.rope_interleaved,
+            })
+            .map_err(e)?;
+            g.paged_attention(&AttentionArgs {
+                qkv: s.qkv,
+                pos: at(m.pos),
+                page_table: at(m.pages),
+                table_off: at(m.table_off),
+                kcache,
+                vcache,
+                out: s.attn,
+                rows: t,
+                num_heads: c.num_heads,
+                num_kv_heads: c.num_kv_heads,
+                head_dim: d,
+                page_tokens: pt,
+                page_stride,
+                layer_off,
+                scale: 1.0 / (d as f32).sqrt(),
+            })
+            .map_err(e)?;
+            g.gemm(s.attn, l.o, l.o_bias, s.proj, t, h, q_dim).map_err(e)?;
+            g.add_rms_norm(s.x, s.proj, l.post_norm, s.normed, t, h, c.rms_eps).map_err(e)?;
+            g.gemm(s.normed, l.gate_up, 0, s.gate_up, t, 2 * f, h).map_err(e)?;
+            g.swiglu(s.gate_up, s.act, t, f).map_err(e)?;
+            g.gemm(s.act, l.down, 0, s.proj, t, h, f).map_err(e)?;
+            match self.layers.get(li + 1) {
+                Some(next) => g.add_rms_norm(s.x, s.proj, next.input_norm, s.normed, t, h, c.rms_eps).map_err(e)?,
+                None => g.add_rows(s.x, s.proj, t, h).map_err(e)?,
+            }
+        }
+        let (n, vocab) = (logit_rows.len(), c.vocab_size);
+        if n > 0 {
+            g.rms_norm(s.x, at(m.rows), n, self.norm, s.normed, h, c.rms_eps).map_err(e)?;
+            g.gemm(s.normed, self.lm_head, 0, s.logits, n, vocab, h).map_err(e)?;
+        }
+        let out_bytes = &mut bytes[m.end..m.end + 4 * n * vocab];
+        // SAFETY: the logits buffer holds n rows of the vocabulary; the staging stays locked until the sync.
+        unsafe { g.download_async(out_bytes, s.logits).map_err(e)? };
+        g.sync().map_err(e)?;
+        // Pinned memory is page-aligned and the logits start at a 256-byte offset, so it reads as floats.
+        let floats = &staging.as_f32()[m.end / 4..m.end / 4 + n * vocab];
+        let mut first = Vec::with_capacity(lanes.len());
+        let mut at_row = 0;
+        for lane in lanes {
+            let k = match lane.logits {
+                Logits::None => 0,
+                Logits::Last => 1,
+                Logits::All => lane.tokens.len(),
+            };
+            first.push((at_row, k));
+            at_row += k;
+        }
+        Ok(first.into_par_iter().map(|(row, k)| floats[row * vocab..(row + k) * vocab].to_vec()).collect())
+    }
+}
+
+fn put(bytes: &mut [u8], at: usize, value: &[u8]) {
+    bytes[at..at + value.len()].copy_from_slice(value);
+}
+
+impl Engine for CudaLlama {
+    fn kv_layout(&self, page_tokens: usize) -> KvLayout {
+        let c = &self.cfg;
+        KvLayout { num_layers: c.num_layers, num_kv_heads: c.num_kv_heads, head_dim: c.head_dim, page_tokens }
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn forward(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<Vec<f32>> {
+        // The runner turns a panic into an error on every lane of the round.
+        self.run(pool, lanes).unwrap_or_else(|e| panic!("CUDA forward failed: {e}"))
+    }
+}

@@ -1,0 +1,302 @@
+//! The CUDA backend on a GPU: batch invariance, chunked prefill, agreement with the CPU path, the ledger
+//! and the runtime. Every test skips with a one-line reason where no GPU is found.
+
+mod common;
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use safetensors::tensor::{Dtype, TensorView};
+use serde_json::{json, Value};
+use tensorfold::cuda_llama::{CudaLlama, Sizing};
+use tensorfold::cuda_setup::CudaDevice;
+use tensorfold::generate::{Sequence, PAGE_TOKENS};
+use tensorfold::hf::HfCheckpoint;
+use tensorfold::llama::Llama;
+use tensorfold::sampling::SamplingParams;
+use tensorfold_actors::coordinator::Schedule;
+use tensorfold_actors::cuda_driver::CudaDriver;
+use tensorfold_actors::device::{spawn_device, Allocate, Snapshot};
+use tensorfold_actors::engine::{Engine, KvPool, LaneStep, Logits};
+use tensorfold_actors::ledger::{Ledger, LedgerError, MemoryKind};
+use tensorfold_actors::request_types::{Event, Output, TextDecoder, ValidRequest};
+use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
+
+use common::Rng;
+
+const VOCAB: usize = 1000;
+
+/// The GPU, or `None` after printing why the test is skipped.
+fn gpu() -> Option<CudaDevice> {
+    match CudaDevice::open(None) {
+        Ok(dev) => Some(dev),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+fn config(arch: &str) -> Value {
+    let mut c = json!({
+        "model_type": arch, "vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 512,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+        "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 4096,
+        "tie_word_embeddings": false
+    });
+    if arch == "llama" {
+        c["rope_scaling"] = json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 64});
+    }
+    c
+}
+
+/// A seeded random checkpoint in bf16; Qwen2 gets q/k/v biases and Qwen3 per-head q/k norms.
+fn checkpoint(arch: &str, seed: u64) -> tempfile::TempDir {
+    let c = config(arch);
+    let n = |k: &str| c[k].as_u64().unwrap() as usize;
+    let (h, f, d) = (n("hidden_size"), n("intermediate_size"), n("head_dim"));
+    let (q, kv) = (n("num_attention_heads") * d, n("num_key_value_heads") * d);
+    let mut shapes: Vec<(String, Vec<usize>, f32, f32)> = vec![
+        ("model.embed_tokens.weight".into(), vec![VOCAB, h], 0.0, 1.0),
+        ("model.norm.weight".into(), vec![h], 1.0, 0.1),
+        ("lm_head.weight".into(), vec![VOCAB, h], 0.0, 0.2),
+    ];
+    for l in 0..n("num_hidden_layers") {
+        let p = format!("model.layers.{l}");
+        for (name, shape) in [
+            ("self_attn.q_proj.weight", vec![q, h]),
+            ("self_attn.k_proj.weight", vec![kv, h]),
+            ("self_attn.v_proj.weight", vec![kv, h]),
+            ("self_attn.o_proj.weight", vec![h, q]),
+            ("mlp.gate_proj.weight", vec![f, h]),
+            ("mlp.up_proj.weight", vec![f, h]),
+            ("mlp.down_proj.weight", vec![h, f]),
+        ] {
+            shapes.push((format!("{p}.{name}"), shape, 0.0, 0.08));
+        }
+        shapes.push((format!("{p}.input_layernorm.weight"), vec![h], 1.0, 0.1));
+        shapes.push((format!("{p}.post_attention_layernorm.weight"), vec![h], 1.0, 0.1));
+        if arch == "qwen2" {
+            for (name, len) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+                shapes.push((format!("{p}.self_attn.{name}.bias"), vec![len], 0.0, 0.1));
+            }
+        }
+        if arch == "qwen3" {
+            shapes.push((format!("{p}.self_attn.q_norm.weight"), vec![d], 1.0, 0.1));
+            shapes.push((format!("{p}.self_attn.k_norm.weight"), vec![d], 1.0, 0.1));
+        }
+    }
+    let mut rng = Rng(seed);
+    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = shapes
+        .into_iter()
+        .map(|(name, shape, mean, std)| {
+            let len: usize = shape.iter().product();
+            let bytes =
+                (0..len).flat_map(|_| half::bf16::from_f32(mean + std * normal(&mut rng)).to_le_bytes()).collect();
+            (name, shape, bytes)
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.json"), c.to_string()).unwrap();
+    let views = tensors.iter().map(|(name, shape, bytes)| (name.as_str(), TensorView::new(Dtype::BF16, shape.clone(), bytes).unwrap()));
+    safetensors::serialize_to_file(views, &None, &dir.path().join("model.safetensors")).unwrap();
+    dir
+}
+
+/// A standard normal draw (Box-Muller).
+fn normal(rng: &mut Rng) -> f32 {
+    let u = ((rng.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    let v = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+    ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()) as f32
+}
+
+fn load(dev: &CudaDevice, dir: &Path, sizing: Sizing) -> CudaLlama {
+    let ckpt = HfCheckpoint::open(dir).unwrap();
+    let mut alloc = |kind, bytes| dev.allocate(kind, bytes);
+    CudaLlama::load(&ckpt, dev.gpu.clone(), sizing, &mut alloc, &mut |_, _| {}).unwrap()
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+fn tokens(rng: &mut Rng, n: usize) -> Vec<u32> {
+    (0..n).map(|_| rng.below(VOCAB as u64) as u32).collect()
+}
+
+#[test]
+fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
+    let Some(dev) = gpu() else { return };
+    let dir = checkpoint("llama", 1);
+    let model = load(&dev, dir.path(), Sizing { max_tokens: 512, max_lanes: 256, context: 256 });
+    let mut pool: KvPool = dev.kv_pool(&model, PAGE_TOKENS, 1024).unwrap();
+    let mut rng = Rng(2);
+    let prompt = tokens(&mut rng, 40);
+    let probe_pages: Vec<u32> = (0..4).collect();
+    let prefill = LaneStep { tokens: &prompt, start_pos: 0, pages: &probe_pages, logits: Logits::None };
+    model.forward(&mut pool, &[prefill]);
+    let next = [7u32];
+    let step = || LaneStep { tokens: &next, start_pos: prompt.len(), pages: &probe_pages, logits: Logits::Last };
+    let alone = model.forward(&mut pool, &[step()]).remove(0);
+    for size in [2usize, 3, 16, 17, 64, 100, 255, 256] {
+        let others = tokens(&mut rng, size - 1);
+        let pages: Vec<Vec<u32>> = (0..size - 1).map(|i| vec![4 + i as u32 * 3]).collect();
+        let at = rng.below(size as u64) as usize;
+        let mut lanes: Vec<LaneStep> = others
+            .iter()
+            .zip(&pages)
+            .map(|(t, p)| LaneStep { tokens: std::slice::from_ref(t), start_pos: 0, pages: p, logits: Logits::Last })
+            .collect();
+        lanes.insert(at, step());
+        let out = model.forward(&mut pool, &lanes);
+        assert!(same_bits(&alone, &out[at]), "the row differs inside a batch of {size} rows at {at}");
+    }
+}
+
+#[test]
+fn test_a_prompt_prefilled_whole_equals_it_in_chunks_of_1_7_64_512() {
+    let Some(dev) = gpu() else { return };
+    let dir = checkpoint("qwen3", 3);
+    let model = load(&dev, dir.path(), Sizing { max_tokens: 1024, max_lanes: 4, context: 1100 });
+    let prompt = tokens(&mut Rng(4), 1000);
+    let run = |chunk: usize| {
+        let pool = dev.kv_pool(&model, PAGE_TOKENS, 1100 / PAGE_TOKENS + 1).unwrap();
+        let mut seq = Sequence::with_pool(&model, pool);
+        seq.extend(&prompt, chunk, Logits::All)
+    };
+    let whole = run(1000);
+    assert_eq!(whole.len(), 1000 * VOCAB);
+    for chunk in [1, 7, 64, 512] {
+        assert!(same_bits(&whole, &run(chunk)), "chunks of {chunk} differ from the whole prompt");
+    }
+}
+
+/// The GPU path, with bf16 activations, stays close to the CPU path in f32 on the same bf16 weights.
+#[test]
+fn test_gpu_logits_agree_with_the_cpu_path_on_each_variant() {
+    let Some(dev) = gpu() else { return };
+    for (i, arch) in ["llama", "qwen2", "qwen3"].into_iter().enumerate() {
+        let dir = checkpoint(arch, 10 + i as u64);
+        let gpu_model = load(&dev, dir.path(), Sizing { max_tokens: 256, max_lanes: 1, context: 256 });
+        let cpu_model = Llama::load(&HfCheckpoint::open(dir.path()).unwrap()).unwrap();
+        let prompt = tokens(&mut Rng(20 + i as u64), 50);
+        let pool = dev.kv_pool(&gpu_model, PAGE_TOKENS, 8).unwrap();
+        let mut on_gpu = Sequence::with_pool(&gpu_model, pool);
+        let mut on_cpu = Sequence::new(&cpu_model, 128);
+        let (mut g, mut c) = (on_gpu.extend(&prompt, 64, Logits::Last), on_cpu.extend(&prompt, 64, Logits::Last));
+        let mut agreed = 0;
+        for _ in 0..16 {
+            let err = g.iter().zip(&c).map(|(a, b)| (a - b).powi(2)).sum::<f32>().sqrt();
+            let norm = c.iter().map(|b| b * b).sum::<f32>().sqrt();
+            assert!(err / norm < 0.03, "{arch}: relative logits error {} after {agreed} steps", err / norm);
+            let (tg, tc) = (tensorfold_kernels::ops::argmax(&g), tensorfold_kernels::ops::argmax(&c));
+            if tg != tc {
+                break;
+            }
+            agreed += 1;
+            (g, c) = (on_gpu.extend(&[tg as u32], 1, Logits::Last), on_cpu.extend(&[tc as u32], 1, Logits::Last));
+        }
+        eprintln!("{arch}: greedy agreed for {agreed} of 16 steps");
+        assert!(agreed >= 4, "{arch}: greedy tokens agree for only {agreed} steps");
+    }
+}
+
+#[actix::test]
+async fn test_a_refused_allocation_never_reaches_the_driver_and_a_failed_one_is_refunded() {
+    let Some(dev) = gpu() else { return };
+    let (driver, calls) = CudaDriver::new(dev.gpu.clone());
+    let device = spawn_device(Ledger::new(Some(1 << 30), Box::new(driver))).unwrap();
+    let held = device.send(Allocate { kind: MemoryKind::KvCache, bytes: 1 << 29 }).await.unwrap().unwrap();
+    let pinned = device.send(Allocate { kind: MemoryKind::PinnedHost, bytes: 1 << 20 }).await.unwrap().unwrap();
+    assert!(pinned.is_host_addressable() && !held.is_host_addressable());
+    assert_eq!(calls.allocs.load(Ordering::SeqCst), 2);
+    let refused = device.send(Allocate { kind: MemoryKind::Weights, bytes: 1 << 29 }).await.unwrap();
+    assert!(matches!(refused, Err(LedgerError::Refused { .. })), "{refused:?}");
+    assert_eq!(calls.allocs.load(Ordering::SeqCst), 2, "the refusal reached the driver");
+    drop((held, pinned));
+    let before = device.send(Snapshot).await.unwrap();
+    assert_eq!(before.total_used, 0);
+    let (driver, calls) = CudaDriver::new(dev.gpu.clone());
+    let device = spawn_device(Ledger::new(Some(usize::MAX / 2), Box::new(driver))).unwrap();
+    let failed = device.send(Allocate { kind: MemoryKind::Activations, bytes: 1 << 50 }).await.unwrap();
+    assert!(matches!(failed, Err(LedgerError::Driver { .. })), "{failed:?}");
+    assert_eq!((calls.allocs.load(Ordering::SeqCst), calls.failures.load(Ordering::SeqCst)), (1, 1));
+    let after = device.send(Snapshot).await.unwrap();
+    assert_eq!(after.total_used, 0, "the failed allocation was not refunded");
+}
+
+struct Ids;
+
+impl TextDecoder for Ids {
+    fn push(&mut self, id: u32) -> String {
+        format!("{id} ")
+    }
+    fn finish(&mut self) -> String {
+        String::new()
+    }
+}
+
+fn request(prompt: Vec<u32>, seed: u64) -> ValidRequest {
+    let sampling = SamplingParams { temperature: 0.9, top_k: 50, top_p: 0.95, min_p: 0.0, repetition_penalty: 1.0, seed };
+    ValidRequest {
+        model: 0,
+        prompt,
+        max_tokens: 24,
+        sampling,
+        stop_ids: Vec::new(),
+        stop_strings: Vec::new(),
+        logprobs: None,
+        output: Output::Text(Box::new(Ids)),
+    }
+}
+
+async fn collect(runtime: &Runtime, req: ValidRequest) -> Vec<u32> {
+    let mut events = runtime.submit(req).await.unwrap();
+    let mut ids = Vec::new();
+    while let Some(e) = events.recv().await {
+        match e {
+            Event::Token { id, .. } => ids.push(id),
+            Event::Done { .. } => return ids,
+            Event::Error { message } => panic!("{message}"),
+            Event::Audio { .. } => panic!("audio from a text lane"),
+        }
+    }
+    ids
+}
+
+#[actix::test]
+async fn test_the_runtime_on_cuda_gives_each_request_its_solo_tokens_among_others() {
+    let Some(dev) = gpu() else { return };
+    let dir = checkpoint("qwen2", 30);
+    let model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 8, context: 512 });
+    let spec = ModelSpec { kind: ModelKind::Tokens { engine: Box::new(model), codec: None }, context: 512, weight_bytes: 0, activation_bytes: 0 };
+    let cfg = RuntimeConfig {
+        page_tokens: PAGE_TOKENS,
+        kv_pages: Some(512),
+        memory_limit: None,
+        schedule: Schedule { round_tokens: 64, parallel: 8, max_waiting: 64 },
+    };
+    let runtime = Runtime::start_on(dev.device.clone(), vec![spec], cfg).await.unwrap();
+    let mut rng = Rng(31);
+    let prompts: Vec<Vec<u32>> = (0..12).map(|i| tokens(&mut rng, 5 + 17 * i)).collect();
+    let mut solo = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        solo.push(collect(&runtime, request(p.clone(), i as u64)).await);
+    }
+    let runtime = Arc::new(runtime);
+    let handles: Vec<_> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let (rt, req) = (runtime.clone(), request(p.clone(), i as u64));
+            actix::spawn(async move { collect(&rt, req).await })
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        let together = h.await.unwrap();
+        assert_eq!(together.len(), 24);
+        assert_eq!(together, solo[i], "request {i} differs among others");
+    }
+}
