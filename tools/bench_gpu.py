@@ -20,6 +20,7 @@ import socket
 import statistics
 import struct
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -118,14 +119,8 @@ def phase_bandwidth(args, rec):
         times.append(start.elapsed_time(end) / 1e3)
     formula = "(bytes read + bytes written) / best time = 2 * buffer bytes / seconds, 1e9 bytes per GB"
     rec.update(copy_bytes=size, copy_seconds_best=min(times), bandwidth_gb_s=2 * size / min(times) / 1e9)
-    rec.set("formula", formula)
+    rec.update(formula=formula, status="ok")
     log("bandwidth", f"{rec.data['bandwidth_gb_s']:.0f} GB/s copying {args.copy_gib} GiB (best of {len(times)})")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_status(port, path, timeout=2.0):
@@ -152,17 +147,21 @@ class Stream:
     def run(self):
         try:
             self.sent = time.perf_counter()
-            headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-            self.conn.request("POST", "/v1/completions", body=self.body, headers=headers)
+            self.conn.request("POST", "/v1/completions", self.body, {"Content-Type": "application/json"})
             resp = self.conn.getresponse()
             if resp.status != 200:
                 self.error = f"HTTP {resp.status}: {resp.read()[:300]!r}"
                 return self
-            for line in iter(resp.readline, b""):
-                if line.startswith(b"data:"):
-                    if line[5:].strip() == b"[DONE]":
-                        return self
-                    self.event(json.loads(line[5:]), time.perf_counter())
+            # read1 hands over what arrived (about one event) without the per-byte cost of readline.
+            buf = b""
+            while data := resp.read1(65536):
+                now = time.perf_counter()
+                *events, buf = (buf + data).split(b"\n\n")
+                for event in events:
+                    if event.startswith(b"data:"):
+                        if event[5:].strip() == b"[DONE]":
+                            return self
+                        self.event(json.loads(event[5:]), now)
             self.error = self.error or "stream ended without [DONE]"
         except Exception as e:  # noqa: BLE001 - a failed stream is a result, not a crash
             self.error = f"{type(e).__name__}: {e}"
@@ -255,7 +254,9 @@ def tail(path, lines=20):
 
 
 def phase_server(args, rec):
-    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     log_path = pathlib.Path(args.out) / "server.log"
     cmd = [args.binary, "serve", "--model", str(args.ckpt)]
     cmd += ["--device", args.device] if args.device != "none" else []
@@ -388,7 +389,7 @@ def phase_peer(args, rec):
     rec.set("status", "ok")
 
 
-def run_phase(name, argv, timeout, out):
+def run_phase(name, argv, timeout, scratch):
     """Runs a phase in its own process group under a time limit; returns its JSON (or a failure record)."""
     log(name, f"start (limit {timeout:.0f}s)")
     proc = subprocess.Popen(argv, start_new_session=True, env=dict(os.environ, BENCH_T0=str(T0)))
@@ -405,7 +406,7 @@ def run_phase(name, argv, timeout, out):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     try:
-        data = json.loads((pathlib.Path(out) / f"phase_{name}.json").read_text())
+        data = json.loads((scratch / f"phase_{name}.json").read_text())
     except (OSError, ValueError):
         data = {}
     if timed_out:
@@ -426,6 +427,8 @@ def phase_limit(name, deadline):
 def cmd_run(args):
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # Only the report, the progress log and the server's log go to --out; the rest stays in a scratch folder.
+    scratch = pathlib.Path(tempfile.mkdtemp(prefix="tensorfold-bench-"))
     ckpt = pathlib.Path(args.ckpt) if args.ckpt else default_ckpt(args)
     me = [sys.executable, str(pathlib.Path(__file__).resolve())]
     results = {"phases": {}}
@@ -437,7 +440,7 @@ def cmd_run(args):
         make += ["--tokenizer"] + (["--layers", str(args.layers)] if args.layers else [])
         limit = phase_limit("checkpoint", args.deadline)
         log("checkpoint", f"start (limit {limit:.0f}s): {' '.join(make)}")
-        started, log_path = time.perf_counter(), out / "checkpoint.log"
+        started, log_path = time.perf_counter(), scratch / "checkpoint.log"
         with open(log_path, "wb") as log_file:
             try:
                 code = subprocess.run(make, timeout=limit, stdout=log_file, stderr=subprocess.STDOUT).returncode
@@ -460,11 +463,11 @@ def cmd_run(args):
         for name in [p for p in ("bandwidth", "server", "peer") if p not in args.skip]:
             limit = phase_limit(name, args.deadline)
             # A phase reads its settings from a file: these arguments plus what the run worked out.
-            settings = dict(vars(args), ckpt=str(ckpt), id_ceiling=id_ceiling(ckpt))
+            settings = dict(vars(args), ckpt=str(ckpt), id_ceiling=id_ceiling(ckpt), scratch=str(scratch))
             settings["load_timeout"] = max(limit - 60, limit / 2)
-            path = out / f"settings_{name}.json"
+            path = scratch / f"settings_{name}.json"
             path.write_text(json.dumps(settings, default=str, indent=1) + "\n")
-            results["phases"][name] = run_phase(name, me + ["phase", name, str(path)], limit, out)
+            results["phases"][name] = run_phase(name, me + ["phase", name, str(path)], limit, scratch)
     write_report(args, ckpt, results, out)
 
 
@@ -543,7 +546,7 @@ def write_report(args, ckpt, results, out):
 
 def cmd_phase(cli):
     args = argparse.Namespace(**json.loads(pathlib.Path(cli.settings).read_text()), name=cli.name)
-    rec = Recorder(pathlib.Path(args.out) / f"phase_{args.name}.json")
+    rec = Recorder(pathlib.Path(args.scratch) / f"phase_{args.name}.json")
     # SIGTERM from the time limit unwinds, so the server phase still stops its server and records why.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
@@ -551,8 +554,6 @@ def cmd_phase(cli):
     except BaseException as e:
         rec.update(status="timeout" if isinstance(e, SystemExit) else "failed", error=f"{type(e).__name__}: {e}"[:500])
         raise
-    if rec.data.get("status") == "running":
-        rec.set("status", "ok")
     return 0 if rec.data["status"] == "ok" else 1
 
 

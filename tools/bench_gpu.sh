@@ -6,7 +6,7 @@
 #   ${TMPDIR:-/tmp}/tensorfold-bench (or --work DIR) and reused. MORE goes to `tools/bench_gpu.py run`
 #   (--layers N, --device cpu|none, --commit SHA, --skip peer, --deadline S, --streams N, ...).
 # Environment: PYTHON (python3), TF_COMMIT (the commit to name in the report).
-# Writes OUT/results.json, OUT/results.md, OUT/phase_*.json, OUT/server.log, OUT/checkpoint.log.
+# Writes four files to OUT: results.json, results.md, bench.log (progress) and server.log.
 set -euo pipefail
 
 BENCH_T0="$(date +%s.%N)"
