@@ -7,7 +7,7 @@ use rayon::prelude::*;
 use tensorfold_actors::device::Allocation;
 use tensorfold_actors::engine::{Engine, KvLayout, KvPool, LaneStep, Logits};
 use tensorfold_actors::ledger::{LedgerError, MemoryKind};
-use tensorfold_kernels::cuda::{AttentionArgs, DevPtr, Gpu, GpuError, QkvArgs, MAX_HEAD_DIM};
+use tensorfold_kernels::cuda::{AttentionArgs, DevPtr, Gpu, GpuError, QkvArgs, MAX_GROUP, MAX_HEAD_DIM};
 use tensorfold_kernels::Weight;
 
 use crate::checkpoint::Checkpoint;
@@ -160,6 +160,9 @@ impl CudaLlama {
         let fault = |f: String| LoadError::Device(format!("{}: {f}", ckpt.path().display()));
         if c.head_dim % 32 != 0 || c.head_dim > MAX_HEAD_DIM {
             return Err(fault(format!("head size {} is not a multiple of 32 up to {MAX_HEAD_DIM}", c.head_dim)));
+        }
+        if c.num_heads % c.num_kv_heads != 0 || c.num_heads / c.num_kv_heads > MAX_GROUP {
+            return Err(fault(format!("{} query heads over {} KV heads: groups of at most {MAX_GROUP} are supported", c.num_heads, c.num_kv_heads)));
         }
         if c.hidden_size % 32 != 0 || c.intermediate_size % 32 != 0 || (c.num_heads * c.head_dim) % 32 != 0 {
             return Err(fault("the CUDA kernels need hidden and intermediate sizes that are multiples of 32".into()));

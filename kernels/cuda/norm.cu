@@ -1,4 +1,4 @@
-// Row-wise kernels: embedding gather, RMSNorm (fused with the residual add), SwiGLU. One block of 256 per row.
+// Row-wise kernels: embedding gather, RMSNorm (fused with the residual add), SwiGLU. Norms take one block of 1024 per row.
 
 extern "C" __global__ void embed_rows(const bf16* table, const u32* tokens, float* x, int h) {
     const bf16* src = table + (u64)tokens[blockIdx.x] * h;
@@ -7,12 +7,12 @@ extern "C" __global__ void embed_rows(const bf16* table, const u32* tokens, floa
 }
 
 __device__ void rms_norm_row(const float* x, const float* w, bf16* out, int h, float eps) {
-    __shared__ float scratch[8];
+    __shared__ float scratch[32];
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < h; i += 256) ss += x[i] * x[i];
-    const float total = block_sum_256(ss, scratch);
+    for (int i = threadIdx.x; i < h; i += 1024) ss += x[i] * x[i];
+    const float total = block_sum_1024(ss, scratch);
     const float inv = 1.0f / sqrtf(total / (float)h + eps);
-    for (int i = threadIdx.x; i < h; i += 256) out[i] = f2bf(w[i] * (x[i] * inv));
+    for (int i = threadIdx.x; i < h; i += 1024) out[i] = f2bf(w[i] * (x[i] * inv));
 }
 
 // out[r] = norm(x[rows[r]]) * w; `rows` may be null for every row in order.
@@ -25,7 +25,7 @@ extern "C" __global__ void rms_norm(const float* x, const u32* rows, const float
 extern "C" __global__ void add_rms_norm(float* x, const float* delta, const float* w, bf16* out, int h, float eps) {
     float* row = x + (u64)blockIdx.x * h;
     const float* d = delta + (u64)blockIdx.x * h;
-    for (int i = threadIdx.x; i < h; i += 256) row[i] += d[i];
+    for (int i = threadIdx.x; i < h; i += 1024) row[i] += d[i];
     __syncthreads();
     rms_norm_row(row, w, out + (u64)blockIdx.x * h, h, eps);
 }
@@ -37,12 +37,12 @@ extern "C" __global__ void add_rows(float* x, const float* delta, int h) {
     for (int i = threadIdx.x; i < h; i += blockDim.x) row[i] += d[i];
 }
 
-// act = silu(gate) * up, with each row of gate_up holding gate then up.
+// act = silu(gate) * up, with each row of gate_up holding gate then up; blocks (column tile, row).
 extern "C" __global__ void swiglu(const float* gate_up, bf16* act, int f) {
-    const float* g = gate_up + (u64)blockIdx.x * 2 * f;
-    bf16* out = act + (u64)blockIdx.x * f;
-    for (int i = threadIdx.x; i < f; i += blockDim.x) {
+    const float* g = gate_up + (u64)blockIdx.y * 2 * f;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < f) {
         const float x = g[i];
-        out[i] = f2bf(x / (1.0f + expf(-x)) * g[f + i]);
+        act[(u64)blockIdx.y * f + i] = f2bf(x / (1.0f + expf(-x)) * g[f + i]);
     }
 }

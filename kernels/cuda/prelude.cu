@@ -24,13 +24,13 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// Sum over a block of 256 threads: per-warp butterflies, then the 8 warp sums in warp order.
-__device__ __forceinline__ float block_sum_256(float v, float* scratch) {
+// Sum over a block of 1024 threads: per-warp butterflies, then the 32 warp sums in warp order.
+__device__ __forceinline__ float block_sum_1024(float v, float* scratch) {
     v = warp_sum(v);
     if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
     __syncthreads();
     float total = scratch[0];
-    for (int w = 1; w < 8; ++w) total += scratch[w];
+    for (int w = 1; w < 32; ++w) total += scratch[w];
     __syncthreads();
     return total;
 }

@@ -20,7 +20,10 @@ pub const SOURCES: [(&str, &str); 4] = [
 ];
 
 /// Largest head size the attention kernels take; head sizes must also be multiples of 32.
-pub const MAX_HEAD_DIM: usize = 256;
+pub const MAX_HEAD_DIM: usize = 128;
+
+/// Most query heads sharing one KV head.
+pub const MAX_GROUP: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -115,9 +118,9 @@ fn cfg(grid: (u32, u32), block: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 }
 }
 
-/// K is summed in this many segments, fixed by K alone: the most of 8, 4, 2 or 1 that splits it into 32-wide chunks.
+/// K is summed in this many segments, fixed by K alone: the most of 16, 8, 4, 2 or 1 that splits it into 32-wide chunks.
 pub fn gemm_segments(k: usize) -> usize {
-    [8, 4, 2, 1].into_iter().find(|s| k % (32 * s) == 0).unwrap_or(1)
+    [16, 8, 4, 2, 1].into_iter().find(|s| k % (32 * s) == 0).unwrap_or(1)
 }
 
 impl Gpu {
@@ -238,7 +241,7 @@ impl Gpu {
         let mut b = self.stream.launch_builder(&self.f.rms_norm);
         b.arg(&x).arg(&rows).arg(&w).arg(&out).arg(&h).arg(&eps);
         // SAFETY: as for `embed_rows`.
-        unsafe { b.launch(cfg((n as u32, 1), 256))? };
+        unsafe { b.launch(cfg((n as u32, 1), 1024))? };
         Ok(())
     }
 
@@ -249,7 +252,7 @@ impl Gpu {
         let mut b = self.stream.launch_builder(&self.f.add_rms_norm);
         b.arg(&x).arg(&delta).arg(&w).arg(&out).arg(&h).arg(&eps);
         // SAFETY: as for `embed_rows`.
-        unsafe { b.launch(cfg((n as u32, 1), 256))? };
+        unsafe { b.launch(cfg((n as u32, 1), 1024))? };
         Ok(())
     }
 
@@ -265,11 +268,11 @@ impl Gpu {
 
     /// act = silu(gate) * up as bf16, from rows of gate then up, `f` wide each.
     pub fn swiglu(&self, gate_up: DevPtr, act: DevPtr, n: usize, f: usize) -> Result<(), GpuError> {
-        let f = f as i32;
+        let (blocks, f) = (f.div_ceil(256) as u32, f as i32);
         let mut b = self.stream.launch_builder(&self.f.swiglu);
         b.arg(&gate_up).arg(&act).arg(&f);
         // SAFETY: as for `embed_rows`.
-        unsafe { b.launch(cfg((n as u32, 1), 256))? };
+        unsafe { b.launch(cfg((blocks, n as u32), 256))? };
         Ok(())
     }
 
@@ -277,13 +280,15 @@ impl Gpu {
     #[allow(clippy::too_many_arguments)]
     pub fn gemm(&self, a: DevPtr, w: DevPtr, bias: DevPtr, c: DevPtr, m: usize, n: usize, k: usize) -> Result<(), GpuError> {
         assert!(k % 32 == 0, "gemm: K = {k} is not a multiple of 32");
-        let (func, rows) = if m <= 16 { (&self.f.gemm_m16, 16) } else { (&self.f.gemm_m64, 64) };
-        let segments = gemm_segments(k) as i32;
+        let (func, rows, cols) = if m <= 16 { (&self.f.gemm_m16, 16, 16) } else { (&self.f.gemm_m64, 64, 32) };
+        let segments = gemm_segments(k);
+        let threads = 32 * segments as u32;
+        let segments = segments as i32;
         let (mi, ni, ki) = (m as i32, n as i32, k as i32);
         let mut b = self.stream.launch_builder(func);
         b.arg(&a).arg(&w).arg(&bias).arg(&c).arg(&mi).arg(&ni).arg(&ki).arg(&segments);
         // SAFETY: a, w and c hold m*k, n*k and m*n elements, and bias n or none.
-        unsafe { b.launch(cfg((n.div_ceil(32) as u32, m.div_ceil(rows) as u32), 256))? };
+        unsafe { b.launch(cfg((n.div_ceil(cols) as u32, m.div_ceil(rows) as u32), threads))? };
         Ok(())
     }
 
@@ -305,7 +310,8 @@ impl Gpu {
         b.arg(&a.qkv).arg(&a.pos).arg(&a.page_table).arg(&a.table_off).arg(&a.kcache).arg(&a.vcache).arg(&a.out);
         b.arg(&nh).arg(&nkv).arg(&d).arg(&pt).arg(&a.page_stride).arg(&a.layer_off).arg(&a.scale);
         // SAFETY: every row's pages cover its position; the caller's buffers hold `rows` rows.
-        unsafe { b.launch(cfg((a.num_heads as u32, a.rows as u32), 32))? };
+        let group = (a.num_heads / a.num_kv_heads) as u32;
+        unsafe { b.launch(cfg((a.num_kv_heads as u32, a.rows as u32), 32 * group))? };
         Ok(())
     }
 }
@@ -354,8 +360,8 @@ mod tests {
 
     #[test]
     fn test_segments_depend_on_k_alone() {
-        assert_eq!([gemm_segments(4096), gemm_segments(576), gemm_segments(64), gemm_segments(32)], [8, 2, 2, 1]);
-        assert_eq!(gemm_segments(14336), 8);
+        assert_eq!([gemm_segments(4096), gemm_segments(576), gemm_segments(64), gemm_segments(32)], [16, 2, 2, 1]);
+        assert_eq!([gemm_segments(14336), gemm_segments(3584)], [16, 16]);
     }
 
     #[test]

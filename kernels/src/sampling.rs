@@ -66,8 +66,15 @@ fn apply_repetition_penalty(logits: &mut [f32], history: &[u32], penalty: f32) {
 
 /// Picks the token at `position` from `logits`, given the tokens the lane holds so far.
 pub fn sample(logits: &[f32], params: &SamplingParams, history: &[u32], position: u64) -> u32 {
-    let mut logits = logits.to_vec();
-    apply_repetition_penalty(&mut logits, history, params.repetition_penalty);
+    // Only a repetition penalty changes the logits, so only then are they copied.
+    let logits: std::borrow::Cow<[f32]> = match params.repetition_penalty == 1.0 {
+        true => std::borrow::Cow::Borrowed(logits),
+        false => {
+            let mut owned = logits.to_vec();
+            apply_repetition_penalty(&mut owned, history, params.repetition_penalty);
+            std::borrow::Cow::Owned(owned)
+        }
+    };
     if params.temperature == 0.0 || params.top_k == 1 {
         return crate::ops::argmax(&logits) as u32;
     }
