@@ -32,3 +32,11 @@ pub struct ModelConfig {
     /// q and k are RMS-normalized per head before RoPE (Qwen3).
     pub qk_norm: bool,
 }
+
+impl ModelConfig {
+    /// The KV pool shape for pages of `page_tokens` positions.
+    pub fn kv_layout(&self, page_tokens: usize) -> tensorfold_actors::engine::KvLayout {
+        let (num_layers, num_kv_heads, head_dim) = (self.num_layers, self.num_kv_heads, self.head_dim);
+        tensorfold_actors::engine::KvLayout { num_layers, num_kv_heads, head_dim, page_tokens }
+    }
+}

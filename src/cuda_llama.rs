@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use half::bf16;
 use rayon::prelude::*;
 use tensorfold_actors::device::Allocation;
-use tensorfold_actors::engine::{Engine, KvLayout, KvPool, LaneStep, Logits};
+use tensorfold_actors::engine::{Engine, KvLayout, KvPool, LaneStep};
 use tensorfold_actors::ledger::{LedgerError, MemoryKind};
 use tensorfold_kernels::cuda::{AttentionArgs, DevPtr, Gpu, GpuError, QkvArgs, MAX_GROUP, MAX_HEAD_DIM};
 use tensorfold_kernels::Weight;
@@ -314,12 +314,7 @@ impl CudaLlama {
                 put(bytes, m.pos + 4 * row, &(pos as u32).to_le_bytes());
                 put(bytes, m.kv_off + 8 * row, &off.to_le_bytes());
                 put(bytes, m.table_off + 4 * row, &(num_pages as u32).to_le_bytes());
-                let wanted = match lane.logits {
-                    Logits::None => false,
-                    Logits::Last => i + 1 == lane.tokens.len(),
-                    Logits::All => true,
-                };
-                if wanted {
+                if i + lane.logits.rows(lane.tokens.len()) >= lane.tokens.len() {
                     put(bytes, m.rows + 4 * logit_rows.len(), &(row as u32).to_le_bytes());
                     logit_rows.push(row);
                 }
@@ -399,11 +394,7 @@ impl CudaLlama {
         let mut first = Vec::with_capacity(lanes.len());
         let mut at_row = 0;
         for lane in lanes {
-            let k = match lane.logits {
-                Logits::None => 0,
-                Logits::Last => 1,
-                Logits::All => lane.tokens.len(),
-            };
+            let k = lane.logits.rows(lane.tokens.len());
             first.push((at_row, k));
             at_row += k;
         }
@@ -417,8 +408,7 @@ fn put(bytes: &mut [u8], at: usize, value: &[u8]) {
 
 impl Engine for CudaLlama {
     fn kv_layout(&self, page_tokens: usize) -> KvLayout {
-        let c = &self.cfg;
-        KvLayout { num_layers: c.num_layers, num_kv_heads: c.num_kv_heads, head_dim: c.head_dim, page_tokens }
+        self.cfg.kv_layout(page_tokens)
     }
 
     fn vocab_size(&self) -> usize {

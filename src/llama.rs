@@ -262,8 +262,7 @@ impl Llama {
 
 impl Engine for Llama {
     fn kv_layout(&self, page_tokens: usize) -> KvLayout {
-        let c = &self.cfg;
-        KvLayout { num_layers: c.num_layers, num_kv_heads: c.num_kv_heads, head_dim: c.head_dim, page_tokens }
+        self.cfg.kv_layout(page_tokens)
     }
 
     fn vocab_size(&self) -> usize {

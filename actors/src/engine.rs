@@ -10,6 +10,17 @@ pub enum Logits {
     All,
 }
 
+impl Logits {
+    /// How many rows of logits a step of `tokens` tokens returns.
+    pub fn rows(self, tokens: usize) -> usize {
+        match self {
+            Logits::None => 0,
+            Logits::Last => 1.min(tokens),
+            Logits::All => tokens,
+        }
+    }
+}
+
 /// One lane's share of a round: tokens at consecutive absolute positions, and the pages holding its KV.
 pub struct LaneStep<'a> {
     pub tokens: &'a [u32],
@@ -46,4 +57,15 @@ pub trait Codec: Send + Sync {
     fn sample_rate(&self) -> u32;
     /// Samples of `job.keep`; equal, bit for bit, to the same frames of a one-shot decode.
     fn decode(&self, job: &CodecJob) -> Result<Vec<f32>, String>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Logits;
+
+    #[test]
+    fn test_logits_rows_per_step() {
+        assert_eq!([Logits::None.rows(5), Logits::Last.rows(5), Logits::All.rows(5)], [0, 1, 5]);
+        assert_eq!([Logits::Last.rows(0), Logits::All.rows(0)], [0, 0]);
+    }
 }
