@@ -270,6 +270,13 @@ impl Engine for Llama {
     }
 
     fn forward(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<Vec<f32>> {
+        // The pass runs on a compute thread, so its many parallel kernels are not each handed over from outside.
+        rayon::scope(|_| self.forward_on_pool(pool, lanes))
+    }
+}
+
+impl Llama {
+    fn forward_on_pool(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<Vec<f32>> {
         let tokens: Vec<u32> = lanes.iter().flat_map(|l| l.tokens.iter().copied()).collect();
         let queries: Vec<(usize, &[u32])> =
             lanes.iter().flat_map(|l| (0..l.tokens.len()).map(move |i| (l.start_pos + i, l.pages))).collect();

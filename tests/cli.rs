@@ -54,3 +54,16 @@ fn test_bad_input_is_a_message_and_a_nonzero_exit() {
     assert!(!out.status.success());
     assert!(stderr.contains("broken.gguf") && stderr.contains("truncated"), "{stderr}");
 }
+
+#[test]
+fn test_device_cuda_without_a_gpu_is_a_clear_error() {
+    if tensorfold::cuda_setup::CudaDevice::open(None).is_ok() {
+        eprintln!("skipped: this machine has a GPU");
+        return;
+    }
+    let out = tensorfold(&["generate", "--prompt", "x", "--device", "cuda"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("error: GPU:") && stderr.contains("--device cuda"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

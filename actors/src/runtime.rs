@@ -141,10 +141,11 @@ impl Runtime {
                     KvPool::on_device(layout, num_pages, Box::new(keys), Box::new(values), ptrs)
                 }
             };
+            let snap = device.send(Snapshot).await.map_err(gone)?;
             tracing::info!(
                 model = slots.len(),
-                weight_bytes = m.weight_bytes,
-                activation_bytes = m.activation_bytes,
+                weights_held = snap.used[MemoryKind::Weights],
+                activations_held = snap.used[MemoryKind::Activations] + snap.used[MemoryKind::PinnedHost],
                 kv_pages = num_pages,
                 kv_bytes = num_pages * page_bytes,
                 kv_tokens = num_pages * cfg.page_tokens,
