@@ -158,13 +158,19 @@ impl CudaLlama {
     ) -> Result<CudaLlama, LoadError> {
         let c = ckpt.config().clone();
         let fault = |f: String| LoadError::Device(format!("{}: {f}", ckpt.path().display()));
-        if c.head_dim % 32 != 0 || c.head_dim > MAX_HEAD_DIM {
+        if !c.head_dim.is_multiple_of(32) || c.head_dim > MAX_HEAD_DIM {
             return Err(fault(format!("head size {} is not a multiple of 32 up to {MAX_HEAD_DIM}", c.head_dim)));
         }
-        if c.num_heads % c.num_kv_heads != 0 || c.num_heads / c.num_kv_heads > MAX_GROUP {
-            return Err(fault(format!("{} query heads over {} KV heads: groups of at most {MAX_GROUP} are supported", c.num_heads, c.num_kv_heads)));
+        if !c.num_heads.is_multiple_of(c.num_kv_heads) || c.num_heads / c.num_kv_heads > MAX_GROUP {
+            return Err(fault(format!(
+                "{} query heads over {} KV heads: groups of at most {MAX_GROUP} are supported",
+                c.num_heads, c.num_kv_heads
+            )));
         }
-        if c.hidden_size % 32 != 0 || c.intermediate_size % 32 != 0 || (c.num_heads * c.head_dim) % 32 != 0 {
+        if !c.hidden_size.is_multiple_of(32)
+            || !c.intermediate_size.is_multiple_of(32)
+            || !(c.num_heads * c.head_dim).is_multiple_of(32)
+        {
             return Err(fault("the CUDA kernels need hidden and intermediate sizes that are multiples of 32".into()));
         }
         let ld = Loader { ckpt };
@@ -245,7 +251,8 @@ impl CudaLlama {
         let [x, normed, qkv, attn, proj, gate_up, act_buf, logits, meta_ptr] = ptrs;
         let scratch = Scratch { x, normed, qkv, attn, proj, gate_up, act: act_buf, logits, meta: meta_ptr };
         let staging_bytes = meta.end + 4 * t * c.vocab_size;
-        let staging = (up.alloc)(MemoryKind::PinnedHost, staging_bytes).map_err(|e| LoadError::Device(e.to_string()))?;
+        let staging =
+            (up.alloc)(MemoryKind::PinnedHost, staging_bytes).map_err(|e| LoadError::Device(e.to_string()))?;
         let activation_bytes = sizes.iter().sum::<usize>() + staging_bytes;
         Ok(CudaLlama {
             cfg: c,
@@ -293,7 +300,11 @@ impl CudaLlama {
         let page_stride = (c.num_layers * pt * kv_dim) as u64;
         let t: usize = lanes.iter().map(|l| l.tokens.len()).sum();
         if t == 0 || t > self.sizing.max_tokens || lanes.len() > self.sizing.max_lanes {
-            return Err(format!("a round of {t} tokens over {} lanes exceeds the sizing {:?}", lanes.len(), self.sizing));
+            return Err(format!(
+                "a round of {t} tokens over {} lanes exceeds the sizing {:?}",
+                lanes.len(),
+                self.sizing
+            ));
         }
         let mut staging = self.staging.lock().map_err(|_| "the staging buffer is poisoned")?;
         let bytes = staging.as_bytes_mut();

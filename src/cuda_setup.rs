@@ -41,13 +41,18 @@ impl CudaDevice {
         let total = gpu.total_memory().map_err(|e| LoadError::Device(e.to_string()))?;
         let cap = memory_limit.unwrap_or(total / 10 * 9);
         let (driver, calls) = CudaDriver::new(gpu.clone());
-        let device = spawn_device(Ledger::new(Some(cap), Box::new(driver))).map_err(|e| LoadError::Device(e.to_string()))?;
+        let device =
+            spawn_device(Ledger::new(Some(cap), Box::new(driver))).map_err(|e| LoadError::Device(e.to_string()))?;
         tracing::info!(gpu = gpu.name(), memory_bytes = total, cap_bytes = cap, "GPU ready");
         Ok(CudaDevice { gpu, device, calls, cap })
     }
 
     /// Allocates through the ledger from outside the actor system.
-    pub fn allocate(&self, kind: MemoryKind, bytes: usize) -> Result<tensorfold_actors::device::Allocation, LedgerError> {
+    pub fn allocate(
+        &self,
+        kind: MemoryKind,
+        bytes: usize,
+    ) -> Result<tensorfold_actors::device::Allocation, LedgerError> {
         allocate_blocking(&self.device, kind, bytes)
     }
 

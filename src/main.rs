@@ -4,19 +4,19 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use actix::Addr;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::sync::Arc;
 use tensorfold::chat::{render_chat, ChatMessage};
+use tensorfold::config::ModelConfig;
 use tensorfold::cuda_llama::Sizing;
 use tensorfold::cuda_setup::{CudaDevice, Device};
 use tensorfold::generate::{Sequence, PAGE_TOKENS};
-use tensorfold::config::ModelConfig;
 use tensorfold::model::{CudaModel, LoadedModel};
-use tensorfold::tokenizer::Tokenizer;
-use actix::Addr;
-use tensorfold_actors::device::DeviceActor;
 use tensorfold::sampling::SamplingParams;
+use tensorfold::tokenizer::Tokenizer;
+use tensorfold_actors::device::DeviceActor;
 
 use tensorfold::server::validate::TokenizerDecoder;
 use tensorfold::server::ServeConfig;
@@ -259,7 +259,12 @@ impl Loaded {
     }
 
     /// The runtime's model, its name and tokenizer, and the device actor a GPU model's memory is held by.
-    fn into_spec(self, context: usize, round_tokens: usize, parallel: usize) -> (ModelSpec, String, Tokenizer, Option<Addr<DeviceActor>>) {
+    fn into_spec(
+        self,
+        context: usize,
+        round_tokens: usize,
+        parallel: usize,
+    ) -> (ModelSpec, String, Tokenizer, Option<Addr<DeviceActor>>) {
         match self {
             Loaded::Cpu(LoadedModel { name, llama, tokenizer }) => {
                 let spec = ModelSpec {
@@ -279,7 +284,11 @@ impl Loaded {
     }
 }
 
-async fn start_runtime(device: Option<Addr<DeviceActor>>, models: Vec<ModelSpec>, cfg: RuntimeConfig) -> Result<Runtime> {
+async fn start_runtime(
+    device: Option<Addr<DeviceActor>>,
+    models: Vec<ModelSpec>,
+    cfg: RuntimeConfig,
+) -> Result<Runtime> {
     Ok(match device {
         Some(d) => Runtime::start_on(d, models, cfg).await?,
         None => Runtime::start(models, cfg).await?,
@@ -488,7 +497,11 @@ fn sequence(model: &Loaded, capacity: usize) -> Result<Sequence<'_>> {
 }
 
 fn bench(args: BenchArgs) -> Result<()> {
-    let sizing = Sizing { max_tokens: args.prompt_tokens.max(1), max_lanes: 1, context: args.prompt_tokens + args.decode_tokens + 2 };
+    let sizing = Sizing {
+        max_tokens: args.prompt_tokens.max(1),
+        max_lanes: 1,
+        context: args.prompt_tokens + args.decode_tokens + 2,
+    };
     let model = load(&args.model, sizing, None)?;
     let vocab = model.tokenizer().vocab_size() as u32;
     let prompt: Vec<u32> = (0..args.prompt_tokens as u32).map(|i| (i * 7919 + 13) % vocab).collect();
@@ -524,7 +537,8 @@ struct PromptSet {
 
 fn logits(args: LogitsArgs) -> Result<()> {
     let text = std::fs::read_to_string(&args.prompts).with_context(|| format!("reading {}", args.prompts.display()))?;
-    let set: PromptSet = serde_json::from_str(&text).with_context(|| format!("{}: expected {{\"prompts\": [[ids]], \"steps\": N}}", args.prompts.display()))?;
+    let set: PromptSet = serde_json::from_str(&text)
+        .with_context(|| format!("{}: expected {{\"prompts\": [[ids]], \"steps\": N}}", args.prompts.display()))?;
     let longest = set.prompts.iter().map(Vec::len).max().unwrap_or(0);
     if longest == 0 || set.steps == 0 {
         bail!("{}: every prompt needs a token and steps must be at least 1", args.prompts.display());

@@ -100,7 +100,9 @@ fn checkpoint(arch: &str, seed: u64) -> tempfile::TempDir {
         .collect();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("config.json"), c.to_string()).unwrap();
-    let views = tensors.iter().map(|(name, shape, bytes)| (name.as_str(), TensorView::new(Dtype::BF16, shape.clone(), bytes).unwrap()));
+    let views = tensors
+        .iter()
+        .map(|(name, shape, bytes)| (name.as_str(), TensorView::new(Dtype::BF16, shape.clone(), bytes).unwrap()));
     safetensors::serialize_to_file(views, &None, &dir.path().join("model.safetensors")).unwrap();
     dir
 }
@@ -239,7 +241,8 @@ impl TextDecoder for Ids {
 }
 
 fn request(prompt: Vec<u32>, seed: u64) -> ValidRequest {
-    let sampling = SamplingParams { temperature: 0.9, top_k: 50, top_p: 0.95, min_p: 0.0, repetition_penalty: 1.0, seed };
+    let sampling =
+        SamplingParams { temperature: 0.9, top_k: 50, top_p: 0.95, min_p: 0.0, repetition_penalty: 1.0, seed };
     ValidRequest {
         model: 0,
         prompt,
@@ -271,7 +274,12 @@ async fn test_the_runtime_on_cuda_gives_each_request_its_solo_tokens_among_other
     let Some(dev) = gpu() else { return };
     let dir = checkpoint("qwen2", 30);
     let model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 8, context: 512 });
-    let spec = ModelSpec { kind: ModelKind::Tokens { engine: Box::new(model), codec: None }, context: 512, weight_bytes: 0, activation_bytes: 0 };
+    let spec = ModelSpec {
+        kind: ModelKind::Tokens { engine: Box::new(model), codec: None },
+        context: 512,
+        weight_bytes: 0,
+        activation_bytes: 0,
+    };
     let cfg = RuntimeConfig {
         page_tokens: PAGE_TOKENS,
         kv_pages: Some(512),

@@ -216,7 +216,11 @@ pub fn spawn_device(ledger: Ledger) -> std::io::Result<Addr<DeviceActor>> {
 }
 
 /// Allocates through the device actor from a thread outside any actor system, waiting for the answer.
-pub fn allocate_blocking(device: &Addr<DeviceActor>, kind: MemoryKind, bytes: usize) -> Result<Allocation, LedgerError> {
+pub fn allocate_blocking(
+    device: &Addr<DeviceActor>,
+    kind: MemoryKind,
+    bytes: usize,
+) -> Result<Allocation, LedgerError> {
     futures_executor::block_on(device.send(Allocate { kind, bytes })).map_err(|_| LedgerError::DeviceGone)?
 }
 

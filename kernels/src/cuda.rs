@@ -120,7 +120,7 @@ fn cfg(grid: (u32, u32), block: u32) -> LaunchConfig {
 
 /// K is summed in this many segments, fixed by K alone: the most of 16, 8, 4, 2 or 1 that splits it into 32-wide chunks.
 pub fn gemm_segments(k: usize) -> usize {
-    [16, 8, 4, 2, 1].into_iter().find(|s| k % (32 * s) == 0).unwrap_or(1)
+    [16, 8, 4, 2, 1].into_iter().find(|s| k.is_multiple_of(32 * s)).unwrap_or(1)
 }
 
 impl Gpu {
@@ -208,7 +208,8 @@ impl Gpu {
     /// # Safety
     /// `dst` must hold `size_of_val(src)` bytes and `src` must outlive the copy (pinned memory is best).
     pub unsafe fn upload_async<T>(&self, dst: DevPtr, src: &[T]) -> Result<(), GpuError> {
-        Ok(unsafe { result::memcpy_htod_async(dst, src, self.stream.cu_stream())? })
+        unsafe { result::memcpy_htod_async(dst, src, self.stream.cu_stream())? };
+        Ok(())
     }
 
     /// Queues a copy of device memory to the host.
@@ -216,7 +217,8 @@ impl Gpu {
     /// # Safety
     /// `src` must hold `size_of_val(dst)` bytes and `dst` must stay alive and unread until `sync`.
     pub unsafe fn download_async<T>(&self, dst: &mut [T], src: DevPtr) -> Result<(), GpuError> {
-        Ok(unsafe { result::memcpy_dtoh_async(dst, src, self.stream.cu_stream())? })
+        unsafe { result::memcpy_dtoh_async(dst, src, self.stream.cu_stream())? };
+        Ok(())
     }
 
     /// Waits for everything queued on the stream.
@@ -236,7 +238,16 @@ impl Gpu {
 
     /// out[r] = rms_norm(x[rows[r]]) * w as bf16; `rows` 0 means every row in order.
     #[allow(clippy::too_many_arguments)]
-    pub fn rms_norm(&self, x: DevPtr, rows: DevPtr, n: usize, w: DevPtr, out: DevPtr, h: usize, eps: f32) -> Result<(), GpuError> {
+    pub fn rms_norm(
+        &self,
+        x: DevPtr,
+        rows: DevPtr,
+        n: usize,
+        w: DevPtr,
+        out: DevPtr,
+        h: usize,
+        eps: f32,
+    ) -> Result<(), GpuError> {
         let h = h as i32;
         let mut b = self.stream.launch_builder(&self.f.rms_norm);
         b.arg(&x).arg(&rows).arg(&w).arg(&out).arg(&h).arg(&eps);
@@ -247,7 +258,16 @@ impl Gpu {
 
     /// x += delta, then out = rms_norm(x) * w as bf16.
     #[allow(clippy::too_many_arguments)]
-    pub fn add_rms_norm(&self, x: DevPtr, delta: DevPtr, w: DevPtr, out: DevPtr, n: usize, h: usize, eps: f32) -> Result<(), GpuError> {
+    pub fn add_rms_norm(
+        &self,
+        x: DevPtr,
+        delta: DevPtr,
+        w: DevPtr,
+        out: DevPtr,
+        n: usize,
+        h: usize,
+        eps: f32,
+    ) -> Result<(), GpuError> {
         let h = h as i32;
         let mut b = self.stream.launch_builder(&self.f.add_rms_norm);
         b.arg(&x).arg(&delta).arg(&w).arg(&out).arg(&h).arg(&eps);
@@ -278,8 +298,17 @@ impl Gpu {
 
     /// c[m x n] = a[m x k] * w[n x k]^T (+ bias), bf16 in, f32 out; `bias` 0 for none. K must be a multiple of 32.
     #[allow(clippy::too_many_arguments)]
-    pub fn gemm(&self, a: DevPtr, w: DevPtr, bias: DevPtr, c: DevPtr, m: usize, n: usize, k: usize) -> Result<(), GpuError> {
-        assert!(k % 32 == 0, "gemm: K = {k} is not a multiple of 32");
+    pub fn gemm(
+        &self,
+        a: DevPtr,
+        w: DevPtr,
+        bias: DevPtr,
+        c: DevPtr,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<(), GpuError> {
+        assert!(k.is_multiple_of(32), "gemm: K = {k} is not a multiple of 32");
         let (func, rows, cols) = if m <= 16 { (&self.f.gemm_m16, 16, 16) } else { (&self.f.gemm_m64, 64, 32) };
         let segments = gemm_segments(k);
         let threads = 32 * segments as u32;
