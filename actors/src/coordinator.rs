@@ -94,6 +94,24 @@ impl Lane {
     }
 }
 
+/// Messages for request actors from one round, sent once the next round is on its way.
+#[derive(Default)]
+struct Outbox {
+    tokens: Vec<(Recipient<LaneToken>, LaneToken)>,
+    pcm: Vec<(Recipient<LanePcm>, LanePcm)>,
+}
+
+impl Outbox {
+    fn send(self) {
+        for (to, token) in self.tokens {
+            to.do_send(token);
+        }
+        for (to, pcm) in self.pcm {
+            to.do_send(pcm);
+        }
+    }
+}
+
 pub struct Coordinator {
     runner: EngineRunner,
     /// One page pool per model.
@@ -153,11 +171,16 @@ impl Coordinator {
         let output = self.runner.run(plan);
         ctx.spawn(actix::fut::wrap_future::<_, Self>(output).map(|output, act: &mut Self, ctx| {
             act.in_flight = false;
-            match output {
+            let outbox = match output {
                 Ok(output) => act.apply(output),
-                Err(_) => act.fail_all("the round failed on the engine thread"),
-            }
+                Err(_) => {
+                    act.fail_all("the round failed on the engine thread");
+                    Outbox::default()
+                }
+            };
+            // The next round goes to the engine before the requests hear of this one.
             act.tick(ctx);
+            outbox.send();
         }));
     }
 
@@ -232,7 +255,9 @@ impl Coordinator {
         plan
     }
 
-    fn apply(&mut self, output: RoundOutput) {
+    /// Takes a round's results into the lanes; what the requests must hear goes in the returned outbox.
+    fn apply(&mut self, output: RoundOutput) -> Outbox {
+        let mut outbox = Outbox::default();
         self.metrics.inc_rounds();
         self.metrics.add_generated(output.sampled.len());
         for s in output.sampled {
@@ -248,15 +273,18 @@ impl Coordinator {
             } else {
                 None
             };
-            lane.request.to.do_send(LaneToken { id: s.id, logprob: s.logprob, is_stop_token, finish });
+            outbox
+                .tokens
+                .push((lane.request.to.clone(), LaneToken { id: s.id, logprob: s.logprob, is_stop_token, finish }));
             if finish.is_some() {
                 self.lanes.swap_remove(i);
             }
         }
         for ((_, pcm), to) in output.audio.into_iter().zip(self.decoding.drain(..)) {
-            to.do_send(LanePcm(pcm));
+            outbox.pcm.push((to, LanePcm(pcm)));
         }
         self.voices.apply(output.voices);
+        outbox
     }
 
     /// Ends every running lane and every queued codec window with an error to its request.

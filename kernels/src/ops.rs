@@ -84,20 +84,76 @@ impl Rope {
     }
 }
 
-/// Index of the largest value; the lowest index wins a tie.
+/// Index of the largest value; the lowest index wins a tie, NaNs never win, and a NaN first value is returned.
 pub fn argmax(x: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, v) in x.iter().enumerate() {
-        if *v > x[best] {
-            best = i;
+    const LANES: usize = 16;
+    let Some(&first) = x.first().filter(|v| !v.is_nan()) else { return 0 };
+    // Independent running maxima vectorize; `>` keeps NaNs out as a sequential scan does.
+    let mut lanes = [first; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (best, &v) in lanes.iter_mut().zip(chunk) {
+            *best = if v > *best { v } else { *best };
         }
     }
-    best
+    let max = lanes.iter().chain(chunks.remainder()).fold(first, |m, &v| if v > m { v } else { m });
+    // The first value equal to the maximum; signed zeros compare equal, as in a scan.
+    let mut start = 0;
+    for block in x.chunks(256) {
+        if block.iter().fold(false, |hit, &v| hit | (v == max)) {
+            return start + block.iter().position(|&v| v == max).unwrap_or(0);
+        }
+        start += block.len();
+    }
+    0
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sequential scan `argmax` must match.
+    fn argmax_scan(x: &[f32]) -> usize {
+        let mut best = 0;
+        for (i, v) in x.iter().enumerate() {
+            if *v > x[best] {
+                best = i;
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn test_argmax_matches_the_sequential_scan() {
+        let mut cases: Vec<Vec<f32>> = vec![
+            vec![],
+            vec![f32::NAN, 1.0],
+            vec![-0.0, 0.0],
+            vec![-1.0, 0.0, -0.0],
+            vec![1.0, f32::NAN, 2.0, 2.0],
+            vec![f32::NEG_INFINITY; 40],
+            vec![f32::NAN; 33],
+        ];
+        let mut state = 0x9e3779b97f4a7c15u64;
+        for k in 0..3000 {
+            let len = 1 + (k * 37) % 700;
+            let mut next = || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                match state % 13 {
+                    0 => f32::NAN,
+                    1 => -0.0,
+                    2 => 0.0,
+                    _ => (state >> 58) as f32 - 30.0,
+                }
+            };
+            cases.push((0..len).map(|_| next()).collect());
+        }
+        for x in &cases {
+            assert_eq!(argmax(x), argmax_scan(x), "{x:?}");
+        }
+    }
 
     #[test]
     fn test_rms_norm_unit_rows() {
