@@ -1,5 +1,7 @@
 //! The Llama family on a CUDA GPU: bf16 weights, f32 residual stream and KV, our batch-invariant kernels.
 
+use std::collections::hash_map::{Entry, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use half::bf16;
@@ -7,7 +9,9 @@ use rayon::prelude::*;
 use tensorfold_actors::device::Allocation;
 use tensorfold_actors::engine::{Engine, KvLayout, KvPool, LaneStep};
 use tensorfold_actors::ledger::{LedgerError, MemoryKind};
-use tensorfold_kernels::cuda::{AttentionArgs, DevPtr, Gpu, GpuError, QkvArgs, MAX_GROUP, MAX_HEAD_DIM};
+use tensorfold_kernels::cuda::{
+    pack_weight, AttentionArgs, DevPtr, Gpu, GpuError, Graph, QkvArgs, MAX_GROUP, MAX_HEAD_DIM,
+};
 use tensorfold_kernels::Weight;
 
 use crate::checkpoint::Checkpoint;
@@ -82,6 +86,9 @@ impl MetaLayout {
     }
 }
 
+/// Decode rounds of up to this many rows replay recorded graphs.
+const GRAPH_ROWS: usize = 256;
+
 pub struct CudaLlama {
     cfg: ModelConfig,
     gpu: Arc<Gpu>,
@@ -95,6 +102,9 @@ pub struct CudaLlama {
     meta: MetaLayout,
     /// Pinned host memory: the meta tables going up, then the logits coming down.
     staging: Mutex<Allocation>,
+    /// Recorded decode rounds by row count and KV pool; taken after `staging`.
+    graphs: Mutex<HashMap<(usize, DevPtr), Graph>>,
+    graphs_on: AtomicBool,
     weight_bytes: usize,
     activation_bytes: usize,
     /// Every allocation the model holds, returned to the ledger when it drops.
@@ -129,8 +139,10 @@ impl Uploader<'_, '_> {
         Ok(ptr)
     }
 
-    /// Rows of several weights stacked into one bf16 matrix.
+    /// Rows of several weights stacked into one bf16 matrix, packed in the GEMM's tiles.
     fn matrices(&mut self, parts: &[Weight]) -> Result<DevPtr, LoadError> {
+        let rows = parts.iter().map(Weight::rows).sum();
+        let cols = parts.first().map_or(0, Weight::cols);
         let mut data: Vec<bf16> = Vec::new();
         for w in parts {
             let f = match w {
@@ -139,7 +151,7 @@ impl Uploader<'_, '_> {
             };
             data.par_extend(f.par_iter().map(|&v| bf16::from_f32(v)));
         }
-        self.upload(&data)
+        self.upload(&pack_weight(&data, rows, cols))
     }
 
     fn vector(&mut self, v: &[f32]) -> Result<DevPtr, LoadError> {
@@ -266,6 +278,8 @@ impl CudaLlama {
             scratch,
             meta,
             staging: Mutex::new(staging),
+            graphs: Mutex::new(HashMap::new()),
+            graphs_on: AtomicBool::new(std::env::var_os("TENSORFOLD_CUDA_GRAPHS").is_none_or(|v| v != "0")),
             weight_bytes,
             activation_bytes,
             _held: up.held,
@@ -288,6 +302,11 @@ impl CudaLlama {
 
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
+    }
+
+    /// Whether decode rounds replay recorded graphs (the default) or launch each kernel.
+    pub fn set_graphs(&self, on: bool) {
+        self.graphs_on.store(on, Ordering::Relaxed);
     }
 
     /// Runs the round; `Err` for a device fault.
@@ -336,7 +355,44 @@ impl CudaLlama {
         let e = |e: GpuError| e.to_string();
         g.bind().map_err(e)?;
         // SAFETY: the staging bytes are pinned, and stay locked and unchanged until the sync below.
-        unsafe { g.upload_async(s.meta, &bytes[..m.end]).map_err(e)? };
+        unsafe { g.upload_async(s.meta, &bytes[..m.pages + 4 * num_pages]).map_err(e)? };
+        let n = logit_rows.len();
+        let cache = Caches { k: kcache, v: vcache, page_tokens: pt, page_stride };
+        // A decode round's launches depend only on its row count, so they replay from a graph.
+        let decode = n == t && t <= GRAPH_ROWS && lanes.iter().all(|l| l.tokens.len() == 1);
+        if decode && self.graphs_on.load(Ordering::Relaxed) {
+            let mut graphs = self.graphs.lock().map_err(|_| "the graph cache is poisoned")?;
+            let graph = match graphs.entry((t, kcache)) {
+                Entry::Occupied(o) => o.into_mut(),
+                Entry::Vacant(v) => v.insert(g.capture(|| self.queue(&cache, t, n)).map_err(e)?),
+            };
+            graph.launch().map_err(e)?;
+        } else {
+            self.queue(&cache, t, n).map_err(e)?;
+        }
+        let vocab = c.vocab_size;
+        let out_bytes = &mut bytes[m.end..m.end + 4 * n * vocab];
+        // SAFETY: the logits buffer holds n rows of the vocabulary; the staging stays locked until the sync.
+        unsafe { g.download_async(out_bytes, s.logits).map_err(e)? };
+        g.sync().map_err(e)?;
+        // Pinned memory is page-aligned and the logits start at a 256-byte offset, so it reads as floats.
+        let floats = &staging.as_f32()[m.end / 4..m.end / 4 + n * vocab];
+        let mut first = Vec::with_capacity(lanes.len());
+        let mut at_row = 0;
+        for lane in lanes {
+            let k = lane.logits.rows(lane.tokens.len());
+            first.push((at_row, k));
+            at_row += k;
+        }
+        Ok(first.into_par_iter().map(|(row, k)| floats[row * vocab..(row + k) * vocab].to_vec()).collect())
+    }
+
+    /// Queues the kernels of a round of `t` rows whose tables are uploaded, with logits for `n` of them.
+    fn queue(&self, cache: &Caches, t: usize, n: usize) -> Result<(), GpuError> {
+        let (c, s, g, m) = (&self.cfg, &self.scratch, &*self.gpu, self.meta);
+        let (kcache, vcache, pt, page_stride) = (cache.k, cache.v, cache.page_tokens, cache.page_stride);
+        let kv_dim = c.num_kv_heads * c.head_dim;
+        let e = |e: GpuError| e;
         let at = |off: usize| s.meta + off as u64;
         let (h, f, d) = (c.hidden_size, c.intermediate_size, c.head_dim);
         let (q_dim, width) = (c.num_heads * d, (c.num_heads + 2 * c.num_kv_heads) * d);
@@ -391,26 +447,20 @@ impl CudaLlama {
                 None => g.add_rows(s.x, s.proj, t, h).map_err(e)?,
             }
         }
-        let (n, vocab) = (logit_rows.len(), c.vocab_size);
         if n > 0 {
             g.rms_norm(s.x, at(m.rows), n, self.norm, s.normed, h, c.rms_eps).map_err(e)?;
-            g.gemm(s.normed, self.lm_head, 0, s.logits, n, vocab, h).map_err(e)?;
+            g.gemm(s.normed, self.lm_head, 0, s.logits, n, c.vocab_size, h).map_err(e)?;
         }
-        let out_bytes = &mut bytes[m.end..m.end + 4 * n * vocab];
-        // SAFETY: the logits buffer holds n rows of the vocabulary; the staging stays locked until the sync.
-        unsafe { g.download_async(out_bytes, s.logits).map_err(e)? };
-        g.sync().map_err(e)?;
-        // Pinned memory is page-aligned and the logits start at a 256-byte offset, so it reads as floats.
-        let floats = &staging.as_f32()[m.end / 4..m.end / 4 + n * vocab];
-        let mut first = Vec::with_capacity(lanes.len());
-        let mut at_row = 0;
-        for lane in lanes {
-            let k = lane.logits.rows(lane.tokens.len());
-            first.push((at_row, k));
-            at_row += k;
-        }
-        Ok(first.into_par_iter().map(|(row, k)| floats[row * vocab..(row + k) * vocab].to_vec()).collect())
+        Ok(())
     }
+}
+
+/// The KV pool's device buffers and page geometry.
+struct Caches {
+    k: DevPtr,
+    v: DevPtr,
+    page_tokens: usize,
+    page_stride: u64,
 }
 
 fn put(bytes: &mut [u8], at: usize, value: &[u8]) {

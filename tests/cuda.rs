@@ -157,6 +157,41 @@ fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
     }
 }
 
+/// Decode rounds replayed from recorded graphs equal the same rounds launched kernel by kernel.
+#[test]
+fn test_graph_replays_equal_direct_launches_over_decode_steps() {
+    let Some(dev) = gpu() else { return };
+    let dir = checkpoint("qwen2", 5);
+    let model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 3, context: 128 });
+    let prompts: Vec<Vec<u32>> = (0..3).map(|i| tokens(&mut Rng(30 + i), 5 + 3 * i as usize)).collect();
+    let run = |graphs: bool| {
+        model.set_graphs(graphs);
+        let mut pool = dev.kv_pool(&model, PAGE_TOKENS, 24).unwrap();
+        let pages: Vec<Vec<u32>> = (0..3).map(|i| (8 * i..8 * i + 8).collect()).collect();
+        let mut seqs: Vec<Vec<u32>> = prompts.clone();
+        let mut logits = Vec::new();
+        for step in 0..20 {
+            let lanes: Vec<LaneStep> = seqs
+                .iter()
+                .zip(&pages)
+                .map(|(s, p)| match step {
+                    0 => LaneStep { tokens: s, start_pos: 0, pages: p, logits: Logits::Last },
+                    _ => LaneStep { tokens: &s[s.len() - 1..], start_pos: s.len() - 1, pages: p, logits: Logits::Last },
+                })
+                .collect();
+            let out = model.forward(&mut pool, &lanes);
+            for (s, l) in seqs.iter_mut().zip(&out) {
+                s.push(tensorfold_kernels::ops::argmax(l) as u32);
+            }
+            logits.extend(out.into_iter().flatten());
+        }
+        (seqs, logits)
+    };
+    let (direct, with_graphs) = (run(false), run(true));
+    assert_eq!(direct.0, with_graphs.0, "graph replays chose other tokens");
+    assert!(same_bits(&direct.1, &with_graphs.1), "graph replays changed the logits");
+}
+
 #[test]
 fn test_a_prompt_prefilled_whole_equals_it_in_chunks_of_1_7_64_512() {
     let Some(dev) = gpu() else { return };

@@ -13,6 +13,8 @@
 extern "C" __global__ void qkv_rope_store(float* qkv, const u32* pos, const u64* kv_off, const float* inv_freq,
                                           const float* q_norm, const float* k_norm, float eps, float* kcache,
                                           float* vcache, u64 layer_off, int nh, int nkv, int d, int interleaved) {
+    start_next();
+    wait_prior();
     __shared__ float head[MAX_HEAD_DIM];
     const int row = blockIdx.x, hd = blockIdx.y, lane = threadIdx.x;
     const int width = (nh + 2 * nkv) * d;
@@ -59,6 +61,8 @@ extern "C" __global__ void paged_attention(const float* __restrict__ qkv, const 
                                            const float* __restrict__ kcache, const float* __restrict__ vcache,
                                            bf16* __restrict__ out, int nh, int nkv, int d, int page_tokens,
                                            u64 page_stride, u64 layer_off, float scale) {
+    start_next();
+    wait_prior();
     __shared__ float ks[ATT_TILE][MAX_HEAD_DIM + 1];
     __shared__ float vs[ATT_TILE][MAX_HEAD_DIM];
     __shared__ float qs[MAX_GROUP][MAX_HEAD_DIM];

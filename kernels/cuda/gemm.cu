@@ -5,7 +5,9 @@
 // segment order. A row's result therefore never depends on M, on its place in the tile, or on other rows.
 // Within a chunk, lane group q reads 8 contiguous k (16 bytes) of A and W alike: a fixed permutation of k
 // inside the chunk, applied to both operands, so the dot product is unchanged.
-
+//
+// W is packed in tiles of 8 rows by 32 k (512 bytes), tiles of a row group in k order: lane l of a warp
+// reads bytes [16 l, 16 l + 16) of a tile, which hold row l / 4 and k 8 (l % 4) .. + 8 of it.
 
 __device__ __forceinline__ void mma_bf16(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
     asm volatile(
@@ -16,26 +18,101 @@ __device__ __forceinline__ void mma_bf16(float* d, u32 a0, u32 a1, u32 a2, u32 a
 
 __device__ __forceinline__ uint4 load16(const bf16* p) { return *reinterpret_cast<const uint4*>(p); }
 
-// The products of one 32-wide chunk, in the one order every kernel uses: row tile, column tile, half.
-template <int MT, int NSUB>
-__device__ __forceinline__ void chunk(float (&acc)[MT][NSUB][4], const uint4* lo, const uint4* hi, const uint4* b) {
-#pragma unroll
-    for (int t = 0; t < MT; ++t)
-#pragma unroll
-        for (int j = 0; j < NSUB; ++j) {
-            mma_bf16(acc[t][j], lo[t].x, hi[t].x, lo[t].y, hi[t].y, b[j].x, b[j].y);
-            mma_bf16(acc[t][j], lo[t].z, hi[t].z, lo[t].w, hi[t].w, b[j].z, b[j].w);
-        }
+// Slots of the decode kernels' per-warp weight rings.
+#define GEMM_RING 8
+
+// Weights are read once per pass: keep them out of L1 so the activations stay there.
+__device__ __forceinline__ uint4 load_weight(const uint4* p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
 }
 
-// A block has one warp per segment; it covers MT tiles of 16 rows and NSUB tiles of 8 columns.
-template <int MT, int NSUB, int G>
-__device__ void gemm_tile(const bf16* __restrict__ a, const bf16* __restrict__ w, const float* __restrict__ bias,
-                          float* __restrict__ c, int m, int n, int k, int segments) {
-    constexpr int TILE_N = NSUB * 8;
-    __shared__ float red[MT * 16][TILE_N + 1];
+// One 32-wide chunk of one 16x8 tile: the two k16 products, low half first.
+__device__ __forceinline__ void chunk_mma(float* acc, uint4 lo, uint4 hi, uint4 b) {
+    mma_bf16(acc, lo.x, hi.x, lo.y, hi.y, b.x, b.y);
+    mma_bf16(acc, lo.z, hi.z, lo.w, hi.w, b.z, b.w);
+}
+
+// Adds the segment partials of one output in segment order, then the bias.
+__device__ __forceinline__ void store_sum(const float* part, int stride, int segments, const float* bias, float* c,
+                                          u64 at, int col) {
+    float v = part[0];
+    for (int s = 1; s < segments; ++s) v += part[s * stride];
+    c[at] = bias ? v + bias[col] : v;
+}
+
+// Copies 16 bytes from global to shared memory without passing through registers or L1.
+__device__ __forceinline__ void copy16_async(uint4* dst, const uint4* src) {
+    const u32 at = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(at), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// Few rows (decode): each warp owns one tile of 8 columns and one segment, and streams its weight tiles
+// through a ring of R slots in shared memory, so R - 1 tiles per warp are always in flight. Each lane reads
+// back only the 16 bytes it copied, so the ring needs no barrier. HI says whether rows 8..15 exist.
+template <bool HI, int R>
+__device__ void gemm_narrow(const bf16* __restrict__ a, const bf16* __restrict__ w, const float* __restrict__ bias,
+                            float* __restrict__ c, int m, int n, int k, int segments) {
+    extern __shared__ uint4 ring[];
+    __shared__ float part[16][16][9];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const int n0 = blockIdx.x * TILE_N, m0 = blockIdx.y * 16 * MT;
+    const int tiles = (blockDim.x >> 5) / segments, seg = warp % segments, ct = warp / segments;
+    const int nb = blockIdx.x * tiles + ct, kbs = k >> 5, per = kbs / segments, kb0 = seg * per;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const bool live = nb * 8 < n;
+    const uint4* src = reinterpret_cast<const uint4*>(w) + ((u64)nb * kbs + kb0) * 32 + lane;
+    uint4* slots = ring + warp * R * 32 + lane;
+    // The weights are no kernel's output, so their first tiles load while the previous kernel finishes.
+#pragma unroll
+    for (int i = 0; i < R - 1; ++i) {
+        if (live && i < per) copy16_async(slots + i * 32, src + i * 32);
+        async_commit();
+    }
+    wait_prior();
+    start_next();
+    if (live) {
+        // Rows past m read row m - 1: their results are never stored, and no row affects another.
+        const bf16* alo = a + (u64)min(g, m - 1) * k + kb0 * 32 + 8 * q;
+        const bf16* ahi = a + (u64)min(g + 8, m - 1) * k + kb0 * 32 + 8 * q;
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        for (int i = 0; i < per; ++i) {
+            // Refill the slot read in the last step, then wait for this step's tile.
+            if (i + R - 1 < per) copy16_async(slots + ((i + R - 1) % R) * 32, src + (u64)(i + R - 1) * 32);
+            async_commit();
+            async_wait<R - 1>();
+            const uint4 b = slots[(i % R) * 32];
+            const uint4 lo = load16(alo + i * 32);
+            const uint4 hi = HI ? load16(ahi + i * 32) : zero;
+            chunk_mma(acc, lo, hi, b);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) part[warp][g + 8 * (e >> 1)][2 * q + (e & 1)] = acc[e];
+    __syncthreads();
+    for (int i = threadIdx.x; i < m * tiles * 8; i += blockDim.x) {
+        const int row = i / (tiles * 8), t = (i % (tiles * 8)) >> 3, col = i & 7;
+        const int gn = (blockIdx.x * tiles + t) * 8 + col;
+        if (gn < n) store_sum(&part[t * segments][row][col], 16 * 9, segments, bias, c, (u64)row * n + gn, gn);
+    }
+}
+
+// Many rows (prefill, wide batches): one warp per segment over a tile of 64 rows by 32 columns.
+__device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w, const float* __restrict__ bias,
+                          float* __restrict__ c, int m, int n, int k, int segments) {
+    constexpr int MT = 4, NSUB = 4;
+    __shared__ float part[4][MT * 16][NSUB * 8 + 1];
+    wait_prior();
+    start_next();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int nb0 = blockIdx.x * NSUB, m0 = blockIdx.y * 16 * MT, kbs = k >> 5, per = kbs / segments;
     float acc[MT][NSUB][4];
 #pragma unroll
     for (int t = 0; t < MT; ++t)
@@ -43,83 +120,54 @@ __device__ void gemm_tile(const bf16* __restrict__ a, const bf16* __restrict__ w
         for (int j = 0; j < NSUB; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[t][j][e] = 0.0f;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    if (warp < segments) {
-        const int seg = k / segments, kbeg = warp * seg, kend = kbeg + seg;
-        const bf16* wrow[NSUB];
-        bool wok[NSUB];
+    // Tiles past n or m read the last real one: their results are never stored.
+    const uint4* wp[NSUB];
 #pragma unroll
-        for (int j = 0; j < NSUB; ++j) {
-            const int col = n0 + j * 8 + g;
-            wok[j] = col < n;
-            wrow[j] = w + (u64)(wok[j] ? col : 0) * k + 8 * q;
+    for (int j = 0; j < NSUB; ++j)
+        wp[j] = reinterpret_cast<const uint4*>(w) + ((u64)min(nb0 + j, (n - 1) / 8) * kbs + warp * per) * 32 + lane;
+    const bf16* arow[MT][2];
+#pragma unroll
+    for (int t = 0; t < MT; ++t)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) arow[t][h] = a + (u64)min(m0 + t * 16 + g + 8 * h, m - 1) * k + 8 * q;
+    for (int i = 0; i < per; ++i) {
+        const int kb = warp * per + i;
+        uint4 b[NSUB], lo[MT], hi[MT];
+#pragma unroll
+        for (int j = 0; j < NSUB; ++j) b[j] = load_weight(wp[j] + (u64)i * 32);
+#pragma unroll
+        for (int t = 0; t < MT; ++t) {
+            lo[t] = load16(arow[t][0] + kb * 32);
+            hi[t] = load16(arow[t][1] + kb * 32);
         }
-        const bf16* arow[MT][2];
-        bool aok[MT][2];
 #pragma unroll
         for (int t = 0; t < MT; ++t)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = m0 + t * 16 + g + 8 * h;
-                aok[t][h] = row < m;
-                arow[t][h] = a + (u64)(aok[t][h] ? row : 0) * k + 8 * q;
-            }
-        // Loads of G chunks are issued before their products, so many loads are in flight per warp.
-        int kc = kbeg;
-        for (; kc + 32 * G <= kend; kc += 32 * G) {
-            uint4 b[G][NSUB], lo[G][MT], hi[G][MT];
-#pragma unroll
-            for (int u = 0; u < G; ++u) {
-#pragma unroll
-                for (int j = 0; j < NSUB; ++j) b[u][j] = wok[j] ? load16(wrow[j] + kc + 32 * u) : zero;
-#pragma unroll
-                for (int t = 0; t < MT; ++t) {
-                    lo[u][t] = aok[t][0] ? load16(arow[t][0] + kc + 32 * u) : zero;
-                    hi[u][t] = aok[t][1] ? load16(arow[t][1] + kc + 32 * u) : zero;
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < G; ++u) chunk<MT, NSUB>(acc, lo[u], hi[u], b[u]);
-        }
-        for (; kc < kend; kc += 32) {
-            uint4 b[NSUB], lo[MT], hi[MT];
-#pragma unroll
-            for (int j = 0; j < NSUB; ++j) b[j] = wok[j] ? load16(wrow[j] + kc) : zero;
-#pragma unroll
-            for (int t = 0; t < MT; ++t) {
-                lo[t] = aok[t][0] ? load16(arow[t][0] + kc) : zero;
-                hi[t] = aok[t][1] ? load16(arow[t][1] + kc) : zero;
-            }
-            chunk<MT, NSUB>(acc, lo, hi, b);
-        }
+            for (int j = 0; j < NSUB; ++j) chunk_mma(acc[t][j], lo[t], hi[t], b[j]);
     }
-    for (int s = 0; s < segments; ++s) {
-        if (warp == s) {
 #pragma unroll
-            for (int t = 0; t < MT; ++t)
+    for (int t = 0; t < MT; ++t)
 #pragma unroll
-                for (int j = 0; j < NSUB; ++j)
+        for (int j = 0; j < NSUB; ++j)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int row = t * 16 + g + 8 * (e >> 1), col = j * 8 + 2 * q + (e & 1);
-                        red[row][col] = s == 0 ? acc[t][j][e] : red[row][col] + acc[t][j][e];
-                    }
-        }
-        __syncthreads();
-    }
-    for (int i = threadIdx.x; i < MT * 16 * TILE_N; i += blockDim.x) {
-        const int row = i / TILE_N, col = i % TILE_N;
-        const int gm = m0 + row, gn = n0 + col;
-        if (gm < m && gn < n) c[(u64)gm * n + gn] = bias ? red[row][col] + bias[gn] : red[row][col];
+            for (int e = 0; e < 4; ++e) part[warp][t * 16 + g + 8 * (e >> 1)][j * 8 + 2 * q + (e & 1)] = acc[t][j][e];
+    __syncthreads();
+    constexpr int COLS = NSUB * 8, STRIDE = MT * 16 * (COLS + 1);
+    for (int i = threadIdx.x; i < MT * 16 * COLS; i += blockDim.x) {
+        const int row = i / COLS, col = i % COLS, gm = m0 + row, gn = nb0 * 8 + col;
+        if (gm < m && gn < n) store_sum(&part[0][row][col], STRIDE, segments, bias, c, (u64)gm * n + gn, gn);
     }
 }
 
-// Few rows (decode): narrow column tiles, so the weights stream through many blocks at once.
+// Up to 8 rows: the upper half of each row tile is zero.
+extern "C" __global__ void __launch_bounds__(512) gemm_m8(const bf16* a, const bf16* w, const float* bias, float* c, int m, int n, int k, int segments) {
+    gemm_narrow<false, GEMM_RING>(a, w, bias, c, m, n, k, segments);
+}
+
 extern "C" __global__ void __launch_bounds__(512) gemm_m16(const bf16* a, const bf16* w, const float* bias, float* c, int m, int n, int k, int segments) {
-    gemm_tile<1, 2, 4>(a, w, bias, c, m, n, k, segments);
+    gemm_narrow<true, GEMM_RING>(a, w, bias, c, m, n, k, segments);
 }
 
-// Many rows (prefill, wide batches): each weight fragment feeds 64 rows.
-extern "C" __global__ void __launch_bounds__(512) gemm_m64(const bf16* a, const bf16* w, const float* bias, float* c, int m, int n, int k, int segments) {
-    gemm_tile<4, 4, 1>(a, w, bias, c, m, n, k, segments);
+extern "C" __global__ void __launch_bounds__(128) gemm_m64(const bf16* a, const bf16* w, const float* bias, float* c, int m, int n, int k, int segments) {
+    gemm_wide(a, w, bias, c, m, n, k, segments);
 }

@@ -1,9 +1,13 @@
 // Row-wise kernels: embedding gather, RMSNorm (fused with the residual add), SwiGLU. Norms take one block of 1024 per row.
 
+// The table is packed in GEMM weight tiles (gemm.cu), since a tied one is also the output projection.
 extern "C" __global__ void embed_rows(const bf16* table, const u32* tokens, float* x, int h) {
-    const bf16* src = table + (u64)tokens[blockIdx.x] * h;
+    start_next();
+    wait_prior();
+    const u32 r = tokens[blockIdx.x];
+    const bf16* src = table + (u64)(r >> 3) * h * 8 + (r & 7) * 32;
     float* dst = x + (u64)blockIdx.x * h;
-    for (int i = threadIdx.x; i < h; i += blockDim.x) dst[i] = bf2f(src[i]);
+    for (int i = threadIdx.x; i < h; i += blockDim.x) dst[i] = bf2f(src[(i >> 5) * 256 + (i & 31)]);
 }
 
 __device__ void rms_norm_row(const float* x, const float* w, bf16* out, int h, float eps) {
@@ -17,12 +21,16 @@ __device__ void rms_norm_row(const float* x, const float* w, bf16* out, int h, f
 
 // out[r] = norm(x[rows[r]]) * w; `rows` may be null for every row in order.
 extern "C" __global__ void rms_norm(const float* x, const u32* rows, const float* w, bf16* out, int h, float eps) {
+    start_next();
+    wait_prior();
     const u64 src = rows ? rows[blockIdx.x] : blockIdx.x;
     rms_norm_row(x + src * h, w, out + (u64)blockIdx.x * h, h, eps);
 }
 
 // x += delta, then out = norm(x) * w.
 extern "C" __global__ void add_rms_norm(float* x, const float* delta, const float* w, bf16* out, int h, float eps) {
+    start_next();
+    wait_prior();
     float* row = x + (u64)blockIdx.x * h;
     const float* d = delta + (u64)blockIdx.x * h;
     for (int i = threadIdx.x; i < h; i += 1024) row[i] += d[i];
@@ -32,6 +40,8 @@ extern "C" __global__ void add_rms_norm(float* x, const float* delta, const floa
 
 // x += delta.
 extern "C" __global__ void add_rows(float* x, const float* delta, int h) {
+    start_next();
+    wait_prior();
     float* row = x + (u64)blockIdx.x * h;
     const float* d = delta + (u64)blockIdx.x * h;
     for (int i = threadIdx.x; i < h; i += blockDim.x) row[i] += d[i];
@@ -39,6 +49,8 @@ extern "C" __global__ void add_rows(float* x, const float* delta, int h) {
 
 // act = silu(gate) * up, with each row of gate_up holding gate then up; blocks (column tile, row).
 extern "C" __global__ void swiglu(const float* gate_up, bf16* act, int f) {
+    start_next();
+    wait_prior();
     const float* g = gate_up + (u64)blockIdx.y * 2 * f;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < f) {

@@ -34,3 +34,17 @@ __device__ __forceinline__ float block_sum_1024(float v, float* scratch) {
     __syncthreads();
     return total;
 }
+
+// Launches may overlap (programmatic dependent launch): every kernel calls wait_prior before it reads or
+// writes memory that earlier kernels use, and start_next once the next kernel may launch.
+__device__ __forceinline__ void wait_prior() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void start_next() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}

@@ -4,9 +4,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use cudarc;
-use cudarc::driver::{result, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use sha2::{Digest, Sha256};
+
+pub use crate::cuda_pack::{gemm_segments, pack_weight, packed_index, packed_rows, Graph};
 
 /// A device address.
 pub type DevPtr = u64;
@@ -39,6 +41,8 @@ pub enum GpuError {
     Driver(#[from] result::DriverError),
     #[error("compiling the CUDA kernels failed: {0}")]
     Compile(String),
+    #[error("recording a CUDA graph failed: {0}")]
+    Graph(String),
 }
 
 struct Functions {
@@ -47,10 +51,24 @@ struct Functions {
     add_rms_norm: CudaFunction,
     add_rows: CudaFunction,
     swiglu: CudaFunction,
+    gemm_m8: CudaFunction,
     gemm_m16: CudaFunction,
     gemm_m64: CudaFunction,
     qkv_rope_store: CudaFunction,
     paged_attention: CudaFunction,
+    /// Whether launches may overlap the previous kernel's tail (programmatic dependent launch, sm_90 on).
+    overlap: bool,
+}
+
+/// Dynamic shared memory of a decode GEMM block: 16 warps with rings of `GEMM_RING` (gemm.cu) 512-byte tiles.
+const RING_BYTES: u32 = 16 * 8 * 512;
+
+/// One kernel argument, passed by value.
+#[derive(Clone, Copy)]
+enum Arg {
+    Ptr(DevPtr),
+    Int(i32),
+    Float(f32),
 }
 
 /// One GPU: its context, the stream every kernel and copy runs on, and the loaded kernels.
@@ -114,15 +132,6 @@ fn cached_ptx(arch: &str, cache_dir: Option<&Path>) -> Result<String, GpuError> 
     Ok(ptx)
 }
 
-fn cfg(grid: (u32, u32), block: u32) -> LaunchConfig {
-    LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 }
-}
-
-/// K is summed in this many segments, fixed by K alone: the most of 16, 8, 4, 2 or 1 that splits it into 32-wide chunks.
-pub fn gemm_segments(k: usize) -> usize {
-    [16, 8, 4, 2, 1].into_iter().find(|s| k.is_multiple_of(32 * s)).unwrap_or(1)
-}
-
 impl Gpu {
     /// Opens device `ordinal` and loads the kernels, compiling them unless `cache_dir` holds this build.
     pub fn open(ordinal: usize, cache_dir: Option<&Path>) -> Result<Arc<Gpu>, GpuError> {
@@ -143,12 +152,21 @@ impl Gpu {
             add_rms_norm: load("add_rms_norm")?,
             add_rows: load("add_rows")?,
             swiglu: load("swiglu")?,
+            gemm_m8: load("gemm_m8")?,
             gemm_m16: load("gemm_m16")?,
             gemm_m64: load("gemm_m64")?,
             qkv_rope_store: load("qkv_rope_store")?,
             paged_attention: load("paged_attention")?,
+            // TENSORFOLD_CUDA_OVERLAP=1 lets each kernel start while the previous one ends (programmatic launch).
+            overlap: major >= 9 && std::env::var_os("TENSORFOLD_CUDA_OVERLAP").is_some_and(|v| v == "1"),
         };
-        let stream = ctx.default_stream();
+        // The decode GEMMs keep their weight rings in dynamic shared memory beyond the default 48 KiB.
+        for func in [&f.gemm_m8, &f.gemm_m16] {
+            let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            func.set_attribute(attr, RING_BYTES as i32)?;
+        }
+        // Graph capture needs a stream of our own, not the legacy default one.
+        let stream = ctx.new_stream()?;
         Ok(Arc::new(Gpu { ctx, stream, f }))
     }
 
@@ -226,14 +244,61 @@ impl Gpu {
         Ok(self.stream.synchronize()?)
     }
 
-    /// x[r] = table[tokens[r]] as f32, for `rows` rows of width `h`.
-    pub fn embed_rows(&self, table: DevPtr, tokens: DevPtr, x: DevPtr, rows: usize, h: usize) -> Result<(), GpuError> {
-        let h = h as i32;
-        let mut b = self.stream.launch_builder(&self.f.embed_rows);
-        b.arg(&table).arg(&tokens).arg(&x).arg(&h);
-        // SAFETY: the pointers hold `rows` tokens and rows of `h`; the kernel reads and writes only those.
-        unsafe { b.launch(cfg((rows as u32, 1), 256))? };
+    /// Records the launches `queue` makes, without running them, as a graph to replay.
+    pub fn capture(&self, queue: impl FnOnce() -> Result<(), GpuError>) -> Result<Graph, GpuError> {
+        self.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+        let queued = queue();
+        let graph = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        queued?;
+        graph?.map(Graph).ok_or_else(|| GpuError::Graph("the capture recorded nothing".into()))
+    }
+
+    /// Queues `func` on the stream; with `overlap`, it may start while the previous kernel finishes, and waits
+    /// for it (griddepcontrol.wait in every kernel) before reading what that kernel wrote.
+    fn launch(
+        &self,
+        func: &CudaFunction,
+        grid: (usize, usize),
+        block: u32,
+        smem: u32,
+        args: &[Arg],
+    ) -> Result<(), GpuError> {
+        let mut slots: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::Ptr(p) => p,
+                Arg::Int(v) => v as u32 as u64,
+                Arg::Float(v) => v.to_bits() as u64,
+            })
+            .collect();
+        let mut params: Vec<*mut std::ffi::c_void> = slots.iter_mut().map(|s| (s as *mut u64).cast()).collect();
+        // SAFETY: a zeroed attribute is valid plain data; its id and value are set before use.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0 as u32,
+            gridDimY: grid.1 as u32,
+            gridDimZ: 1,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: smem,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: self.f.overlap as u32,
+        };
+        // SAFETY: each slot holds one argument of at most 8 bytes, little-endian, in the kernel's parameter order;
+        // callers pass buffers that hold what the kernel reads and writes for this grid.
+        unsafe { sys::cuLaunchKernelEx(&config, func.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()?;
         Ok(())
+    }
+
+    /// x[r] = table[tokens[r]] as f32, for `rows` rows of width `h`; the table is packed by `pack_weight`.
+    pub fn embed_rows(&self, table: DevPtr, tokens: DevPtr, x: DevPtr, rows: usize, h: usize) -> Result<(), GpuError> {
+        let args = [Arg::Ptr(table), Arg::Ptr(tokens), Arg::Ptr(x), Arg::Int(h as i32)];
+        self.launch(&self.f.embed_rows, (rows, 1), 256, 0, &args)
     }
 
     /// out[r] = rms_norm(x[rows[r]]) * w as bf16; `rows` 0 means every row in order.
@@ -248,12 +313,8 @@ impl Gpu {
         h: usize,
         eps: f32,
     ) -> Result<(), GpuError> {
-        let h = h as i32;
-        let mut b = self.stream.launch_builder(&self.f.rms_norm);
-        b.arg(&x).arg(&rows).arg(&w).arg(&out).arg(&h).arg(&eps);
-        // SAFETY: as for `embed_rows`.
-        unsafe { b.launch(cfg((n as u32, 1), 1024))? };
-        Ok(())
+        let args = [Arg::Ptr(x), Arg::Ptr(rows), Arg::Ptr(w), Arg::Ptr(out), Arg::Int(h as i32), Arg::Float(eps)];
+        self.launch(&self.f.rms_norm, (n, 1), 1024, 0, &args)
     }
 
     /// x += delta, then out = rms_norm(x) * w as bf16.
@@ -268,35 +329,27 @@ impl Gpu {
         h: usize,
         eps: f32,
     ) -> Result<(), GpuError> {
-        let h = h as i32;
-        let mut b = self.stream.launch_builder(&self.f.add_rms_norm);
-        b.arg(&x).arg(&delta).arg(&w).arg(&out).arg(&h).arg(&eps);
-        // SAFETY: as for `embed_rows`.
-        unsafe { b.launch(cfg((n as u32, 1), 1024))? };
-        Ok(())
+        let args = [Arg::Ptr(x), Arg::Ptr(delta), Arg::Ptr(w), Arg::Ptr(out), Arg::Int(h as i32), Arg::Float(eps)];
+        self.launch(&self.f.add_rms_norm, (n, 1), 1024, 0, &args)
     }
 
     /// x += delta over `n` rows of width `h`.
     pub fn add_rows(&self, x: DevPtr, delta: DevPtr, n: usize, h: usize) -> Result<(), GpuError> {
-        let h = h as i32;
-        let mut b = self.stream.launch_builder(&self.f.add_rows);
-        b.arg(&x).arg(&delta).arg(&h);
-        // SAFETY: as for `embed_rows`.
-        unsafe { b.launch(cfg((n as u32, 1), 256))? };
-        Ok(())
+        self.launch(&self.f.add_rows, (n, 1), 256, 0, &[Arg::Ptr(x), Arg::Ptr(delta), Arg::Int(h as i32)])
     }
 
     /// act = silu(gate) * up as bf16, from rows of gate then up, `f` wide each.
     pub fn swiglu(&self, gate_up: DevPtr, act: DevPtr, n: usize, f: usize) -> Result<(), GpuError> {
-        let (blocks, f) = (f.div_ceil(256) as u32, f as i32);
-        let mut b = self.stream.launch_builder(&self.f.swiglu);
-        b.arg(&gate_up).arg(&act).arg(&f);
-        // SAFETY: as for `embed_rows`.
-        unsafe { b.launch(cfg((blocks, n as u32), 256))? };
-        Ok(())
+        self.launch(
+            &self.f.swiglu,
+            (f.div_ceil(256), n),
+            256,
+            0,
+            &[Arg::Ptr(gate_up), Arg::Ptr(act), Arg::Int(f as i32)],
+        )
     }
 
-    /// c[m x n] = a[m x k] * w[n x k]^T (+ bias), bf16 in, f32 out; `bias` 0 for none. K must be a multiple of 32.
+    /// c[m x n] = a[m x k] * w[n x k]^T (+ bias), bf16 in, f32 out; `bias` 0 for none; `w` packed by `pack_weight`.
     #[allow(clippy::too_many_arguments)]
     pub fn gemm(
         &self,
@@ -309,39 +362,61 @@ impl Gpu {
         k: usize,
     ) -> Result<(), GpuError> {
         assert!(k.is_multiple_of(32), "gemm: K = {k} is not a multiple of 32");
-        let (func, rows, cols) = if m <= 16 { (&self.f.gemm_m16, 16, 16) } else { (&self.f.gemm_m64, 64, 32) };
         let segments = gemm_segments(k);
-        let threads = 32 * segments as u32;
-        let segments = segments as i32;
-        let (mi, ni, ki) = (m as i32, n as i32, k as i32);
-        let mut b = self.stream.launch_builder(func);
-        b.arg(&a).arg(&w).arg(&bias).arg(&c).arg(&mi).arg(&ni).arg(&ki).arg(&segments);
-        // SAFETY: a, w and c hold m*k, n*k and m*n elements, and bias n or none.
-        unsafe { b.launch(cfg((n.div_ceil(cols) as u32, m.div_ceil(rows) as u32), threads))? };
-        Ok(())
+        // Narrow kernels: 16 warps, one per (8-column tile, segment); the wide one: a warp per segment.
+        let (func, grid, threads, smem) = match m {
+            0..=8 => (&self.f.gemm_m8, (n.div_ceil(8 * 16 / segments), 1), 512, RING_BYTES),
+            9..=16 => (&self.f.gemm_m16, (n.div_ceil(8 * 16 / segments), 1), 512, RING_BYTES),
+            _ => (&self.f.gemm_m64, (n.div_ceil(32), m.div_ceil(64)), 32 * segments as u32, 0),
+        };
+        let dims = [m, n, k, segments].map(|v| Arg::Int(v as i32));
+        let args = [Arg::Ptr(a), Arg::Ptr(w), Arg::Ptr(bias), Arg::Ptr(c), dims[0], dims[1], dims[2], dims[3]];
+        self.launch(func, grid, threads, smem, &args)
     }
 
     /// Per-head norm and RoPE of q and k in `qkv`, and k and v written to the cache at `kv_off[r] + layer_off`.
     pub fn qkv_rope_store(&self, a: &QkvArgs) -> Result<(), GpuError> {
-        let (nh, nkv, d, il) = (a.num_heads as i32, a.num_kv_heads as i32, a.head_dim as i32, a.interleaved as i32);
-        let mut b = self.stream.launch_builder(&self.f.qkv_rope_store);
-        b.arg(&a.qkv).arg(&a.pos).arg(&a.kv_off).arg(&a.inv_freq).arg(&a.q_norm).arg(&a.k_norm).arg(&a.eps);
-        b.arg(&a.kcache).arg(&a.vcache).arg(&a.layer_off).arg(&nh).arg(&nkv).arg(&d).arg(&il);
-        // SAFETY: the caller's buffers hold `rows` rows of q, k and v and cache slots for each row.
-        unsafe { b.launch(cfg((a.rows as u32, (a.num_heads + 2 * a.num_kv_heads) as u32), 32))? };
-        Ok(())
+        let dims = [a.num_heads, a.num_kv_heads, a.head_dim, a.interleaved as usize].map(|v| Arg::Int(v as i32));
+        let args = [
+            Arg::Ptr(a.qkv),
+            Arg::Ptr(a.pos),
+            Arg::Ptr(a.kv_off),
+            Arg::Ptr(a.inv_freq),
+            Arg::Ptr(a.q_norm),
+            Arg::Ptr(a.k_norm),
+            Arg::Float(a.eps),
+            Arg::Ptr(a.kcache),
+            Arg::Ptr(a.vcache),
+            Arg::Ptr(a.layer_off),
+            dims[0],
+            dims[1],
+            dims[2],
+            dims[3],
+        ];
+        self.launch(&self.f.qkv_rope_store, (a.rows, a.num_heads + 2 * a.num_kv_heads), 32, 0, &args)
     }
 
     /// Causal attention of each row over its lane's pages; out is bf16 rows of num_heads * head_dim.
     pub fn paged_attention(&self, a: &AttentionArgs) -> Result<(), GpuError> {
-        let (nh, nkv, d, pt) = (a.num_heads as i32, a.num_kv_heads as i32, a.head_dim as i32, a.page_tokens as i32);
-        let mut b = self.stream.launch_builder(&self.f.paged_attention);
-        b.arg(&a.qkv).arg(&a.pos).arg(&a.page_table).arg(&a.table_off).arg(&a.kcache).arg(&a.vcache).arg(&a.out);
-        b.arg(&nh).arg(&nkv).arg(&d).arg(&pt).arg(&a.page_stride).arg(&a.layer_off).arg(&a.scale);
-        // SAFETY: every row's pages cover its position; the caller's buffers hold `rows` rows.
+        let dims = [a.num_heads, a.num_kv_heads, a.head_dim, a.page_tokens].map(|v| Arg::Int(v as i32));
+        let args = [
+            Arg::Ptr(a.qkv),
+            Arg::Ptr(a.pos),
+            Arg::Ptr(a.page_table),
+            Arg::Ptr(a.table_off),
+            Arg::Ptr(a.kcache),
+            Arg::Ptr(a.vcache),
+            Arg::Ptr(a.out),
+            dims[0],
+            dims[1],
+            dims[2],
+            dims[3],
+            Arg::Ptr(a.page_stride),
+            Arg::Ptr(a.layer_off),
+            Arg::Float(a.scale),
+        ];
         let group = (a.num_heads / a.num_kv_heads) as u32;
-        unsafe { b.launch(cfg((a.num_kv_heads as u32, a.rows as u32), 32 * group))? };
-        Ok(())
+        self.launch(&self.f.paged_attention, (a.num_kv_heads, a.rows), 32 * group, 0, &args)
     }
 }
 
@@ -386,12 +461,6 @@ pub struct AttentionArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn test_segments_depend_on_k_alone() {
-        assert_eq!([gemm_segments(4096), gemm_segments(576), gemm_segments(64), gemm_segments(32)], [16, 2, 2, 1]);
-        assert_eq!([gemm_segments(14336), gemm_segments(3584)], [16, 16]);
-    }
 
     #[test]
     fn test_kernels_compile_where_nvrtc_is_present() {

@@ -3,6 +3,7 @@
 pub mod attention;
 pub mod conv;
 pub mod cuda;
+pub mod cuda_pack;
 pub mod matmul;
 pub mod ops;
 pub mod quant;
