@@ -40,7 +40,7 @@ fn gpu() -> Option<CudaDevice> {
 
 fn config(arch: &str) -> Value {
     let mut c = json!({
-        "model_type": arch, "vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 512,
+        "model_type": arch, "vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 2048,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
         "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 4096,
         "tie_word_embeddings": false

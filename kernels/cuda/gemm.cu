@@ -108,7 +108,7 @@ __device__ void gemm_narrow(const bf16* __restrict__ a, const bf16* __restrict__
 __device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w, const float* __restrict__ bias,
                           float* __restrict__ c, int m, int n, int k, int segments) {
     constexpr int MT = 4, NSUB = 4;
-    __shared__ float part[4][MT * 16][NSUB * 8 + 1];
+    __shared__ float red[MT * 16][NSUB * 8 + 1];
     wait_prior();
     start_next();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -145,17 +145,25 @@ __device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w
 #pragma unroll
             for (int j = 0; j < NSUB; ++j) chunk_mma(acc[t][j], lo[t], hi[t], b[j]);
     }
+    // Segment sums are added in segment order, as store_sum adds them.
+    for (int s = 0; s < segments; ++s) {
+        if (warp == s) {
 #pragma unroll
-    for (int t = 0; t < MT; ++t)
+            for (int t = 0; t < MT; ++t)
 #pragma unroll
-        for (int j = 0; j < NSUB; ++j)
+                for (int j = 0; j < NSUB; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) part[warp][t * 16 + g + 8 * (e >> 1)][j * 8 + 2 * q + (e & 1)] = acc[t][j][e];
-    __syncthreads();
-    constexpr int COLS = NSUB * 8, STRIDE = MT * 16 * (COLS + 1);
+                    for (int e = 0; e < 4; ++e) {
+                        float& r = red[t * 16 + g + 8 * (e >> 1)][j * 8 + 2 * q + (e & 1)];
+                        r = s == 0 ? acc[t][j][e] : r + acc[t][j][e];
+                    }
+        }
+        __syncthreads();
+    }
+    constexpr int COLS = NSUB * 8;
     for (int i = threadIdx.x; i < MT * 16 * COLS; i += blockDim.x) {
         const int row = i / COLS, col = i % COLS, gm = m0 + row, gn = nb0 * 8 + col;
-        if (gm < m && gn < n) store_sum(&part[0][row][col], STRIDE, segments, bias, c, (u64)gm * n + gn, gn);
+        if (gm < m && gn < n) c[(u64)gm * n + gn] = bias ? red[row][col] + bias[gn] : red[row][col];
     }
 }
 
@@ -168,6 +176,7 @@ extern "C" __global__ void __launch_bounds__(512) gemm_m16(const bf16* a, const 
     gemm_narrow<true, GEMM_RING>(a, w, bias, c, m, n, k, segments);
 }
 
-extern "C" __global__ void __launch_bounds__(128) gemm_m64(const bf16* a, const bf16* w, const float* bias, float* c, int m, int n, int k, int segments) {
+extern "C" __global__ void __launch_bounds__(512) gemm_m64(const bf16* a, const bf16* w, const float* bias, float* c, int m, int n, int k, int segments) {
     gemm_wide(a, w, bias, c, m, n, k, segments);
 }
+

@@ -27,15 +27,42 @@ extern "C" __global__ void rms_norm(const float* x, const u32* rows, const float
     rms_norm_row(x + src * h, w, out + (u64)blockIdx.x * h, h, eps);
 }
 
-// x += delta, then out = norm(x) * w.
+// x += delta, then out = norm(x) * w. Rows up to 8192 wide stay in registers: x, delta and w are read once.
 extern "C" __global__ void add_rms_norm(float* x, const float* delta, const float* w, bf16* out, int h, float eps) {
     start_next();
     wait_prior();
     float* row = x + (u64)blockIdx.x * h;
     const float* d = delta + (u64)blockIdx.x * h;
-    for (int i = threadIdx.x; i < h; i += 1024) row[i] += d[i];
-    __syncthreads();
-    rms_norm_row(row, w, out + (u64)blockIdx.x * h, h, eps);
+    if (h > 8 * 1024) {
+        for (int i = threadIdx.x; i < h; i += 1024) row[i] += d[i];
+        __syncthreads();
+        rms_norm_row(row, w, out + (u64)blockIdx.x * h, h, eps);
+        return;
+    }
+    __shared__ float scratch[32];
+    float v[8], wv[8], ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int i = threadIdx.x + j * 1024;
+        v[j] = i < h ? row[i] + d[i] : 0.0f;
+        wv[j] = i < h ? w[i] : 0.0f;
+    }
+    // The same order as rms_norm_row: each thread sums its values in index order, then the block sum.
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int i = threadIdx.x + j * 1024;
+        if (i < h) {
+            row[i] = v[j];
+            ss += v[j] * v[j];
+        }
+    }
+    const float inv = 1.0f / sqrtf(block_sum_1024(ss, scratch) / (float)h + eps);
+    bf16* o = out + (u64)blockIdx.x * h;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int i = threadIdx.x + j * 1024;
+        if (i < h) o[i] = f2bf(wv[j] * (v[j] * inv));
+    }
 }
 
 // x += delta.

@@ -161,8 +161,8 @@ impl Gpu {
             overlap: major >= 9 && std::env::var_os("TENSORFOLD_CUDA_OVERLAP").is_some_and(|v| v == "1"),
         };
         // The decode GEMMs keep their weight rings in dynamic shared memory beyond the default 48 KiB.
+        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         for func in [&f.gemm_m8, &f.gemm_m16] {
-            let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
             func.set_attribute(attr, RING_BYTES as i32)?;
         }
         // Graph capture needs a stream of our own, not the legacy default one.

@@ -4,9 +4,19 @@ use cudarc::driver::CudaGraph;
 
 use crate::cuda::GpuError;
 
-/// K is summed in this many segments, fixed by K alone: the most of 4, 2 or 1 that splits it into 32-wide chunks.
+/// Fewest 32-wide chunks in one K segment.
+pub const MIN_SEGMENT_TILES: usize = 16;
+
+/// K is summed in this many segments, fixed by K alone: the most of 16, 8, 4, 2 or 1 that splits it into whole
+/// 32-wide chunks with at least `MIN_SEGMENT_TILES` each (1 when none does).
 pub fn gemm_segments(k: usize) -> usize {
-    [4, 2, 1].into_iter().find(|s| k.is_multiple_of(32 * s)).unwrap_or(1)
+    static MIN_TILES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // TENSORFOLD_GEMM_MIN_TILES sets another minimum, for tuning; it changes the reduction order of every row alike.
+    let min_tiles = *MIN_TILES.get_or_init(|| {
+        std::env::var("TENSORFOLD_GEMM_MIN_TILES").ok().and_then(|v| v.parse().ok()).unwrap_or(MIN_SEGMENT_TILES)
+    });
+    let tiles = k / 32;
+    [16, 8, 4, 2, 1].into_iter().find(|s| tiles.is_multiple_of(*s) && tiles / s >= min_tiles).unwrap_or(1)
 }
 
 /// Rows of a packed weight: whole tiles of 8.
@@ -56,8 +66,8 @@ mod tests {
 
     #[test]
     fn test_segments_depend_on_k_alone() {
-        assert_eq!([gemm_segments(4096), gemm_segments(576), gemm_segments(64), gemm_segments(32)], [4, 2, 2, 1]);
-        assert_eq!([gemm_segments(14336), gemm_segments(3584), gemm_segments(96)], [4, 4, 1]);
+        assert_eq!([gemm_segments(4096), gemm_segments(576), gemm_segments(1024), gemm_segments(32)], [8, 1, 2, 1]);
+        assert_eq!([gemm_segments(14336), gemm_segments(3584), gemm_segments(12288)], [16, 4, 16]);
     }
 
     #[test]
