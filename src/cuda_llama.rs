@@ -102,8 +102,8 @@ pub struct CudaLlama {
     meta: MetaLayout,
     /// Pinned host memory: the meta tables going up, then the logits coming down.
     staging: Mutex<Allocation>,
-    /// Recorded decode rounds by row count and KV pool; taken after `staging`.
-    graphs: Mutex<HashMap<(usize, DevPtr), Graph>>,
+    /// Recorded decode rounds by row count and the KV pool's keys, values and page size; taken after `staging`.
+    graphs: Mutex<HashMap<(usize, DevPtr, DevPtr, usize), Graph>>,
     graphs_on: AtomicBool,
     weight_bytes: usize,
     activation_bytes: usize,
@@ -358,11 +358,11 @@ impl CudaLlama {
         unsafe { g.upload_async(s.meta, &bytes[..m.pages + 4 * num_pages]).map_err(e)? };
         let n = logit_rows.len();
         let cache = Caches { k: kcache, v: vcache, page_tokens: pt, page_stride };
-        // A decode round's launches depend only on its row count, so they replay from a graph.
+        // A decode round's launches depend only on its row count and the pool's addresses and page size: a graph replays them.
         let decode = n == t && t <= GRAPH_ROWS && lanes.iter().all(|l| l.tokens.len() == 1);
         if decode && self.graphs_on.load(Ordering::Relaxed) {
             let mut graphs = self.graphs.lock().map_err(|_| "the graph cache is poisoned")?;
-            let graph = match graphs.entry((t, kcache)) {
+            let graph = match graphs.entry((t, kcache, vcache, pt)) {
                 Entry::Occupied(o) => o.into_mut(),
                 Entry::Vacant(v) => v.insert(g.capture(|| self.queue(&cache, t, n)).map_err(e)?),
             };

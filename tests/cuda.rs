@@ -192,6 +192,44 @@ fn test_graph_replays_equal_direct_launches_over_decode_steps() {
     assert!(same_bits(&direct.1, &with_graphs.1), "graph replays changed the logits");
 }
 
+/// A recorded round holds the KV pool's addresses: a pool sharing only its keys' address with an earlier one must
+/// not replay the earlier pool's graph.
+#[test]
+fn test_a_graph_is_not_replayed_on_a_pool_with_other_values() {
+    let Some(dev) = gpu() else { return };
+    let dir = checkpoint("llama", 6);
+    let model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 1, context: 128 });
+    let pages: Vec<u32> = (0..8).collect();
+    let run = |pool: &mut KvPool, prompt: &[u32], graphs: bool| {
+        model.set_graphs(graphs);
+        let mut seq = prompt.to_vec();
+        let mut logits =
+            model.forward(pool, &[LaneStep { tokens: &seq, start_pos: 0, pages: &pages, logits: Logits::Last }]);
+        for _ in 0..4 {
+            seq.push(tensorfold_kernels::ops::argmax(&logits[0]) as u32);
+            let step = LaneStep {
+                tokens: &seq[seq.len() - 1..],
+                start_pos: seq.len() - 1,
+                pages: &pages,
+                logits: Logits::Last,
+            };
+            logits = model.forward(pool, &[step]);
+        }
+        logits.remove(0)
+    };
+    let mut first = dev.kv_pool(&model, PAGE_TOKENS, 8).unwrap();
+    let [keys, _] = first.device_ptrs().unwrap();
+    let layout = model.kv_layout(PAGE_TOKENS);
+    let values = dev.allocate(MemoryKind::KvCache, 8 * layout.page_floats() * 4).unwrap();
+    let owner = dev.allocate(MemoryKind::KvCache, 4).unwrap();
+    let ptrs = [keys, values.ptr().0];
+    let mut second = KvPool::on_device(layout, 8, Box::new(owner), Box::new(values), ptrs);
+    let (a, b) = (tokens(&mut Rng(40), 5), tokens(&mut Rng(41), 5));
+    let direct = run(&mut second, &b, false);
+    run(&mut first, &a, true);
+    assert!(same_bits(&direct, &run(&mut second, &b, true)), "a graph recorded on another pool was replayed");
+}
+
 #[test]
 fn test_a_prompt_prefilled_whole_equals_it_in_chunks_of_1_7_64_512() {
     let Some(dev) = gpu() else { return };
