@@ -2,6 +2,7 @@
 
 use std::sync::mpsc;
 use std::thread;
+use std::time::Instant;
 
 use rayon::prelude::*;
 
@@ -33,9 +34,17 @@ impl EngineRunner {
     pub fn spawn(mut models: Vec<ModelSlot>) -> std::io::Result<EngineRunner> {
         let (jobs, inbox) = mpsc::channel::<Job>();
         thread::Builder::new().name("tensorfold-engine".into()).spawn(move || {
+            let mut idle_since = Instant::now();
             for job in inbox {
+                let (idle, started) = (idle_since.elapsed(), Instant::now());
                 // A round that panics drops its reply, which fails its lanes; the thread serves the next one.
                 let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_round(&mut models, job.plan)));
+                tracing::debug!(
+                    idle_us = idle.as_micros() as u64,
+                    round_us = started.elapsed().as_micros() as u64,
+                    "round"
+                );
+                idle_since = Instant::now();
                 if let Ok(output) = round {
                     // The coordinator may have stopped; then nobody wants the output.
                     let _ = job.reply.send(output);
@@ -72,8 +81,15 @@ fn run_round(models: &mut [ModelSlot], plan: RoundPlan) -> RoundOutput {
                 logits: if l.sample.is_some() { Logits::Last } else { Logits::None },
             })
             .collect();
+        let started = Instant::now();
         let logits = engine.forward(pool, &steps);
+        let forward = started.elapsed();
         sampled.extend(lanes.iter().zip(&logits).filter_map(|(lane, logits)| draw(lane, logits)));
+        tracing::debug!(
+            forward_us = forward.as_micros() as u64,
+            draw_us = (started.elapsed() - forward).as_micros() as u64,
+            "forward"
+        );
     }
     // Windows are independent, so the round decodes them side by side.
     let codecs: Vec<Option<&dyn Codec>> = models
