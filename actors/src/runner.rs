@@ -84,7 +84,10 @@ fn run_round(models: &mut [ModelSlot], plan: RoundPlan) -> RoundOutput {
         let started = Instant::now();
         let logits = engine.forward(pool, &steps);
         let forward = started.elapsed();
-        sampled.extend(lanes.iter().zip(&logits).filter_map(|(lane, logits)| draw(lane, logits)));
+        // Each lane's draw reads only its own logits, so the lanes draw side by side, in plan order.
+        let drawn: Vec<Sampled> =
+            lanes.par_iter().zip(&logits).filter_map(|(lane, logits)| draw(lane, logits)).collect();
+        sampled.extend(drawn);
         tracing::debug!(
             forward_us = forward.as_micros() as u64,
             draw_us = (started.elapsed() - forward).as_micros() as u64,
