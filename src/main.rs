@@ -175,9 +175,12 @@ struct BenchArgs {
     /// Prompt tokens processed in one pass.
     #[arg(long, default_value_t = 512)]
     prompt_tokens: usize,
-    /// Tokens decoded one at a time after the prompt.
+    /// Tokens decoded one at a time, after `--decode-after` tokens of context.
     #[arg(long, default_value_t = 128)]
     decode_tokens: usize,
+    /// Context the decode starts from, prefilled in passes of `--prompt-tokens` (0: an empty context, as llama.cpp's tg).
+    #[arg(long, default_value_t = 0)]
+    decode_after: usize,
     /// Times each measurement is repeated; the best is reported.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
@@ -500,11 +503,12 @@ fn bench(args: BenchArgs) -> Result<()> {
     let sizing = Sizing {
         max_tokens: args.prompt_tokens.max(1),
         max_lanes: 1,
-        context: args.prompt_tokens + args.decode_tokens + 2,
+        context: args.prompt_tokens.max(args.decode_after) + args.decode_tokens + 2,
     };
     let model = load(&args.model, sizing, None)?;
     let vocab = model.tokenizer().vocab_size() as u32;
-    let prompt: Vec<u32> = (0..args.prompt_tokens as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+    let ids = |n: usize| -> Vec<u32> { (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect() };
+    let (prompt, context) = (ids(args.prompt_tokens), ids(args.decode_after.max(1)));
     let (mut best_pp, mut best_tg) = (0f64, 0f64);
     for _ in 0..args.repeats.max(1) {
         let mut seq = sequence(&model, args.prompt_tokens + args.decode_tokens + 1)?;
@@ -512,8 +516,8 @@ fn bench(args: BenchArgs) -> Result<()> {
         seq.extend(&prompt, args.prompt_tokens, Logits::Last);
         best_pp = best_pp.max(args.prompt_tokens as f64 / t.elapsed().as_secs_f64());
         drop(seq);
-        let mut seq = sequence(&model, args.decode_tokens + 2)?;
-        seq.extend(&prompt[..1], 1, Logits::Last);
+        let mut seq = sequence(&model, context.len() + args.decode_tokens + 1)?;
+        seq.extend(&context, args.prompt_tokens.max(1), Logits::Last);
         let t = Instant::now();
         for i in 0..args.decode_tokens {
             seq.extend(&prompt[i % prompt.len()..][..1], 1, Logits::Last);
@@ -521,10 +525,11 @@ fn bench(args: BenchArgs) -> Result<()> {
         best_tg = best_tg.max(args.decode_tokens as f64 / t.elapsed().as_secs_f64());
     }
     println!(
-        "{{\"threads\": {}, \"prompt_tokens\": {}, \"prompt_tok_s\": {best_pp:.2}, \"decode_tokens\": {}, \"decode_tok_s\": {best_tg:.2}}}",
+        "{{\"threads\": {}, \"prompt_tokens\": {}, \"prompt_tok_s\": {best_pp:.2}, \"decode_tokens\": {}, \"decode_after\": {}, \"decode_tok_s\": {best_tg:.2}}}",
         rayon::current_num_threads(),
         args.prompt_tokens,
-        args.decode_tokens
+        args.decode_tokens,
+        args.decode_after
     );
     Ok(())
 }
