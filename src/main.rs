@@ -506,6 +506,13 @@ fn bench(args: BenchArgs) -> Result<()> {
         context: args.prompt_tokens.max(args.decode_after) + args.decode_tokens + 2,
     };
     let model = load(&args.model, sizing, None)?;
+    let model_context = model.config().max_position;
+    if sizing.context > model_context {
+        bail!(
+            "--prompt-tokens or --decode-after plus --decode-tokens needs {} positions; the model has {model_context}",
+            sizing.context
+        );
+    }
     let vocab = model.tokenizer().vocab_size() as u32;
     let ids = |n: usize| -> Vec<u32> { (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect() };
     let (prompt, context) = (ids(args.prompt_tokens), ids(args.decode_after.max(1)));

@@ -67,3 +67,26 @@ fn test_device_cuda_without_a_gpu_is_a_clear_error() {
     assert!(stderr.contains("error: GPU:") && stderr.contains("--device cuda"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn test_bench_decodes_after_a_given_context_and_refuses_one_past_the_model() {
+    let out = tensorfold(&[
+        "bench",
+        "--prompt-tokens",
+        "8",
+        "--decode-tokens",
+        "4",
+        "--decode-after",
+        "40",
+        "--repeats",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("one JSON line");
+    assert_eq!(line["decode_after"], 40);
+    assert!(line["decode_tok_s"].as_f64().is_some_and(|r| r > 0.0), "{line}");
+    let out = tensorfold(&["bench", "--decode-tokens", "4", "--decode-after", "100000000", "--repeats", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--decode-after") && !stderr.contains("panicked"), "{stderr}");
+}
