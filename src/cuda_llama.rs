@@ -10,7 +10,7 @@ use tensorfold_actors::device::Allocation;
 use tensorfold_actors::engine::{Engine, KvLayout, KvPool, LaneStep};
 use tensorfold_actors::ledger::{LedgerError, MemoryKind};
 use tensorfold_kernels::cuda::{
-    pack_weight, AttentionArgs, DevPtr, Gpu, GpuError, Graph, QkvArgs, MAX_GROUP, MAX_HEAD_DIM,
+    pack_weight, AttentionArgs, DevPtr, ATTENTION_SPLIT, Gpu, GpuError, Graph, QkvArgs, MAX_GROUP, MAX_HEAD_DIM,
 };
 use tensorfold_kernels::Weight;
 
@@ -57,6 +57,9 @@ struct Scratch {
     act: DevPtr,
     logits: DevPtr,
     meta: DevPtr,
+    /// Attention split states of rounds of up to `SPLIT_ROWS` rows.
+    partial: DevPtr,
+    nsplit: usize,
 }
 
 /// Byte offsets of the per-round tables inside the meta buffer and its pinned host copy.
@@ -88,6 +91,15 @@ impl MetaLayout {
 
 /// Decode rounds of up to this many rows replay recorded graphs.
 const GRAPH_ROWS: usize = 256;
+
+/// Rounds of up to this many rows run attention splits in parallel blocks.
+const SPLIT_ROWS: usize = 16;
+
+/// Blocks per row that run attention splits side by side.
+const SPLIT_BLOCKS: usize = 32;
+
+/// Most bytes of attention split states; rows with more splits fold them in one block.
+const PARTIAL_BYTES: usize = 64 << 20;
 
 pub struct CudaLlama {
     cfg: ModelConfig,
@@ -261,11 +273,15 @@ impl CudaLlama {
             *p = up.buffer(act, bytes)?;
         }
         let [x, normed, qkv, attn, proj, gate_up, act_buf, logits, meta_ptr] = ptrs;
-        let scratch = Scratch { x, normed, qkv, attn, proj, gate_up, act: act_buf, logits, meta: meta_ptr };
+        let state_bytes = SPLIT_ROWS.min(t) * c.num_heads * (c.head_dim + 2) * 4;
+        let nsplit = sizing.context.div_ceil(ATTENTION_SPLIT).min(PARTIAL_BYTES / state_bytes).max(1);
+        let partial = up.buffer(act, nsplit * state_bytes)?;
+        let scratch =
+            Scratch { x, normed, qkv, attn, proj, gate_up, act: act_buf, logits, meta: meta_ptr, partial, nsplit };
         let staging_bytes = meta.end + 4 * t * c.vocab_size;
         let staging =
             (up.alloc)(MemoryKind::PinnedHost, staging_bytes).map_err(|e| LoadError::Device(e.to_string()))?;
-        let activation_bytes = sizes.iter().sum::<usize>() + staging_bytes;
+        let activation_bytes = sizes.iter().sum::<usize>() + nsplit * state_bytes + staging_bytes;
         Ok(CudaLlama {
             cfg: c,
             gpu,
@@ -435,6 +451,9 @@ impl CudaLlama {
                 page_stride,
                 layer_off,
                 scale: 1.0 / (d as f32).sqrt(),
+                partial: if t <= SPLIT_ROWS { s.partial } else { 0 },
+                nsplit: s.nsplit,
+                splits: SPLIT_BLOCKS,
             })
             .map_err(e)?;
             g.gemm(s.attn, l.o, l.o_bias, s.proj, t, h, q_dim).map_err(e)?;

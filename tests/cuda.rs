@@ -135,8 +135,10 @@ fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
     let model = load(&dev, dir.path(), Sizing { max_tokens: 512, max_lanes: 256, context: 256 });
     let mut pool: KvPool = dev.kv_pool(&model, PAGE_TOKENS, 1024).unwrap();
     let mut rng = Rng(2);
-    let prompt = tokens(&mut rng, 40);
-    let probe_pages: Vec<u32> = (0..4).collect();
+    // 150 positions span three attention splits, folded in one block or by the combine kernel.
+    let prompt = tokens(&mut rng, 150);
+    let probe_pages: Vec<u32> = (0..(151u32).div_ceil(PAGE_TOKENS as u32)).collect();
+    let first_free = probe_pages.len() as u32;
     let prefill = LaneStep { tokens: &prompt, start_pos: 0, pages: &probe_pages, logits: Logits::None };
     model.forward(&mut pool, &[prefill]);
     let next = [7u32];
@@ -144,7 +146,7 @@ fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
     let alone = model.forward(&mut pool, &[step()]).remove(0);
     for size in [2usize, 3, 16, 17, 64, 100, 255, 256] {
         let others = tokens(&mut rng, size - 1);
-        let pages: Vec<Vec<u32>> = (0..size - 1).map(|i| vec![4 + i as u32 * 3]).collect();
+        let pages: Vec<Vec<u32>> = (0..size - 1).map(|i| vec![first_free + i as u32 * 3]).collect();
         let at = rng.below(size as u64) as usize;
         let mut lanes: Vec<LaneStep> = others
             .iter()

@@ -44,21 +44,11 @@ __device__ __forceinline__ void store_sum(const float* part, int stride, int seg
     c[at] = bias ? v + bias[col] : v;
 }
 
-// Copies 16 bytes from global to shared memory without passing through registers or L1.
-__device__ __forceinline__ void copy16_async(uint4* dst, const uint4* src) {
-    const u32 at = (u32)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(at), "l"(src) : "memory");
-}
-
-__device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-template <int N>
-__device__ __forceinline__ void async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
 // Few rows (decode): each warp owns one tile of 8 columns and one segment, and streams its weight tiles
 // through a ring of R slots in shared memory, so R - 1 tiles per warp are always in flight. Each lane reads
-// back only the 16 bytes it copied, so the ring needs no barrier. HI says whether rows 8..15 exist.
-template <bool HI, int R>
+// back only the 16 bytes it copied, so the ring needs no barrier. HI says whether rows 8..15 exist;
+// P is how many steps ahead the activations load.
+template <bool HI, int R, int P>
 __device__ void gemm_narrow(const bf16* __restrict__ a, const bf16* __restrict__ w, const float* __restrict__ bias,
                             float* __restrict__ c, int m, int n, int k, int segments) {
     extern __shared__ uint4 ring[];
@@ -83,15 +73,31 @@ __device__ void gemm_narrow(const bf16* __restrict__ a, const bf16* __restrict__
         const bf16* alo = a + (u64)min(g, m - 1) * k + kb0 * 32 + 8 * q;
         const bf16* ahi = a + (u64)min(g + 8, m - 1) * k + kb0 * 32 + 8 * q;
         const uint4 zero = make_uint4(0, 0, 0, 0);
-        for (int i = 0; i < per; ++i) {
-            // Refill the slot read in the last step, then wait for this step's tile.
-            if (i + R - 1 < per) copy16_async(slots + ((i + R - 1) % R) * 32, src + (u64)(i + R - 1) * 32);
-            async_commit();
-            async_wait<R - 1>();
-            const uint4 b = slots[(i % R) * 32];
-            const uint4 lo = load16(alo + i * 32);
-            const uint4 hi = HI ? load16(ahi + i * 32) : zero;
-            chunk_mma(acc, lo, hi, b);
+        // Activations are loaded P steps ahead into registers, so their latency overlaps the weights'.
+        uint4 lo[P], hi[P];
+#pragma unroll
+        for (int j = 0; j < P; ++j) {
+            lo[j] = j < per ? load16(alo + j * 32) : zero;
+            hi[j] = HI && j < per ? load16(ahi + j * 32) : zero;
+        }
+        for (int i0 = 0; i0 < per; i0 += P) {
+#pragma unroll
+            for (int j = 0; j < P; ++j) {
+                const int i = i0 + j;
+                if (i < per) {
+                    // Refill the slot read in the last step, then wait for this step's tile.
+                    if (i + R - 1 < per) copy16_async(slots + ((i + R - 1) % R) * 32, src + (u64)(i + R - 1) * 32);
+                    async_commit();
+                    async_wait<R - 1>();
+                    const uint4 b = slots[(i % R) * 32];
+                    const uint4 x = lo[j], y = hi[j];
+                    if (i + P < per) {
+                        lo[j] = load16(alo + (i + P) * 32);
+                        if (HI) hi[j] = load16(ahi + (i + P) * 32);
+                    }
+                    chunk_mma(acc, x, y, b);
+                }
+            }
         }
     }
 #pragma unroll
@@ -169,11 +175,11 @@ __device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w
 
 // Up to 8 rows: the upper half of each row tile is zero.
 extern "C" __global__ void __launch_bounds__(512) gemm_m8(const bf16* a, const bf16* w, const float* bias, float* c, int m, int n, int k, int segments) {
-    gemm_narrow<false, GEMM_RING>(a, w, bias, c, m, n, k, segments);
+    gemm_narrow<false, GEMM_RING, 8>(a, w, bias, c, m, n, k, segments);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemm_m16(const bf16* a, const bf16* w, const float* bias, float* c, int m, int n, int k, int segments) {
-    gemm_narrow<true, GEMM_RING>(a, w, bias, c, m, n, k, segments);
+    gemm_narrow<true, GEMM_RING, 4>(a, w, bias, c, m, n, k, segments);
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemm_m64(const bf16* a, const bf16* w, const float* bias, float* c, int m, int n, int k, int segments) {

@@ -35,6 +35,17 @@ __device__ __forceinline__ float block_sum_1024(float v, float* scratch) {
     return total;
 }
 
+// Copies 16 bytes from global to shared memory without passing through registers or L1.
+__device__ __forceinline__ void copy16_async(uint4* dst, const uint4* src) {
+    const u32 at = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(at), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
 // Launches may overlap (programmatic dependent launch): every kernel calls wait_prior before it reads or
 // writes memory that earlier kernels use, and start_next once the next kernel may launch.
 __device__ __forceinline__ void wait_prior() {

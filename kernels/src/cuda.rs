@@ -56,12 +56,19 @@ struct Functions {
     gemm_m64: CudaFunction,
     qkv_rope_store: CudaFunction,
     paged_attention: CudaFunction,
+    attention_combine: CudaFunction,
     /// Whether launches may overlap the previous kernel's tail (programmatic dependent launch, sm_90 on).
     overlap: bool,
 }
 
 /// Dynamic shared memory of a decode GEMM block: 16 warps with rings of `GEMM_RING` (gemm.cu) 512-byte tiles.
 const RING_BYTES: u32 = 16 * 8 * 512;
+
+/// Dynamic shared memory of an attention block: two staged tiles of 32 keys and values (attention.cu).
+const ATTENTION_SMEM: u32 = 2 * (32 * (MAX_HEAD_DIM as u32 + 4) + 32 * MAX_HEAD_DIM as u32) * 4;
+
+/// Positions in one attention split (ATT_SPLIT in attention.cu).
+pub const ATTENTION_SPLIT: usize = 64;
 
 /// One kernel argument, passed by value.
 #[derive(Clone, Copy)]
@@ -157,6 +164,7 @@ impl Gpu {
             gemm_m64: load("gemm_m64")?,
             qkv_rope_store: load("qkv_rope_store")?,
             paged_attention: load("paged_attention")?,
+            attention_combine: load("attention_combine")?,
             // TENSORFOLD_CUDA_OVERLAP=1 lets each kernel start while the previous one ends (programmatic launch).
             overlap: major >= 9 && std::env::var_os("TENSORFOLD_CUDA_OVERLAP").is_some_and(|v| v == "1"),
         };
@@ -165,6 +173,7 @@ impl Gpu {
         for func in [&f.gemm_m8, &f.gemm_m16] {
             func.set_attribute(attr, RING_BYTES as i32)?;
         }
+        f.paged_attention.set_attribute(attr, ATTENTION_SMEM as i32)?;
         // Graph capture needs a stream of our own, not the legacy default one.
         let stream = ctx.new_stream()?;
         Ok(Arc::new(Gpu { ctx, stream, f }))
@@ -258,7 +267,7 @@ impl Gpu {
     fn launch(
         &self,
         func: &CudaFunction,
-        grid: (usize, usize),
+        grid: (usize, usize, usize),
         block: u32,
         smem: u32,
         args: &[Arg],
@@ -279,7 +288,7 @@ impl Gpu {
         let config = sys::CUlaunchConfig {
             gridDimX: grid.0 as u32,
             gridDimY: grid.1 as u32,
-            gridDimZ: 1,
+            gridDimZ: grid.2 as u32,
             blockDimX: block,
             blockDimY: 1,
             blockDimZ: 1,
@@ -298,7 +307,7 @@ impl Gpu {
     /// x[r] = table[tokens[r]] as f32, for `rows` rows of width `h`; the table is packed by `pack_weight`.
     pub fn embed_rows(&self, table: DevPtr, tokens: DevPtr, x: DevPtr, rows: usize, h: usize) -> Result<(), GpuError> {
         let args = [Arg::Ptr(table), Arg::Ptr(tokens), Arg::Ptr(x), Arg::Int(h as i32)];
-        self.launch(&self.f.embed_rows, (rows, 1), 256, 0, &args)
+        self.launch(&self.f.embed_rows, (rows, 1, 1), 256, 0, &args)
     }
 
     /// out[r] = rms_norm(x[rows[r]]) * w as bf16; `rows` 0 means every row in order.
@@ -314,7 +323,7 @@ impl Gpu {
         eps: f32,
     ) -> Result<(), GpuError> {
         let args = [Arg::Ptr(x), Arg::Ptr(rows), Arg::Ptr(w), Arg::Ptr(out), Arg::Int(h as i32), Arg::Float(eps)];
-        self.launch(&self.f.rms_norm, (n, 1), 1024, 0, &args)
+        self.launch(&self.f.rms_norm, (n, 1, 1), 1024, 0, &args)
     }
 
     /// x += delta, then out = rms_norm(x) * w as bf16.
@@ -330,19 +339,19 @@ impl Gpu {
         eps: f32,
     ) -> Result<(), GpuError> {
         let args = [Arg::Ptr(x), Arg::Ptr(delta), Arg::Ptr(w), Arg::Ptr(out), Arg::Int(h as i32), Arg::Float(eps)];
-        self.launch(&self.f.add_rms_norm, (n, 1), 1024, 0, &args)
+        self.launch(&self.f.add_rms_norm, (n, 1, 1), 1024, 0, &args)
     }
 
     /// x += delta over `n` rows of width `h`.
     pub fn add_rows(&self, x: DevPtr, delta: DevPtr, n: usize, h: usize) -> Result<(), GpuError> {
-        self.launch(&self.f.add_rows, (n, 1), 256, 0, &[Arg::Ptr(x), Arg::Ptr(delta), Arg::Int(h as i32)])
+        self.launch(&self.f.add_rows, (n, 1, 1), 256, 0, &[Arg::Ptr(x), Arg::Ptr(delta), Arg::Int(h as i32)])
     }
 
     /// act = silu(gate) * up as bf16, from rows of gate then up, `f` wide each.
     pub fn swiglu(&self, gate_up: DevPtr, act: DevPtr, n: usize, f: usize) -> Result<(), GpuError> {
         self.launch(
             &self.f.swiglu,
-            (f.div_ceil(256), n),
+            (f.div_ceil(256), n, 1),
             256,
             0,
             &[Arg::Ptr(gate_up), Arg::Ptr(act), Arg::Int(f as i32)],
@@ -365,9 +374,9 @@ impl Gpu {
         let segments = gemm_segments(k);
         // Narrow kernels: 16 warps, one per (8-column tile, segment); the wide one: a warp per segment.
         let (func, grid, threads, smem) = match m {
-            0..=8 => (&self.f.gemm_m8, (n.div_ceil(8 * 16 / segments), 1), 512, RING_BYTES),
-            9..=16 => (&self.f.gemm_m16, (n.div_ceil(8 * 16 / segments), 1), 512, RING_BYTES),
-            _ => (&self.f.gemm_m64, (n.div_ceil(32), m.div_ceil(64)), 32 * segments as u32, 0),
+            0..=8 => (&self.f.gemm_m8, (n.div_ceil(8 * 16 / segments), 1, 1), 512, RING_BYTES),
+            9..=16 => (&self.f.gemm_m16, (n.div_ceil(8 * 16 / segments), 1, 1), 512, RING_BYTES),
+            _ => (&self.f.gemm_m64, (n.div_ceil(32), m.div_ceil(64), 1), 32 * segments as u32, 0),
         };
         let dims = [m, n, k, segments].map(|v| Arg::Int(v as i32));
         let args = [Arg::Ptr(a), Arg::Ptr(w), Arg::Ptr(bias), Arg::Ptr(c), dims[0], dims[1], dims[2], dims[3]];
@@ -393,10 +402,12 @@ impl Gpu {
             dims[2],
             dims[3],
         ];
-        self.launch(&self.f.qkv_rope_store, (a.rows, a.num_heads + 2 * a.num_kv_heads), 32, 0, &args)
+        self.launch(&self.f.qkv_rope_store, (a.rows, a.num_heads + 2 * a.num_kv_heads, 1), 32, 0, &args)
     }
 
     /// Causal attention of each row over its lane's pages; out is bf16 rows of num_heads * head_dim.
+    /// With `partial` (room for `nsplit` split states per row and head), `splits` blocks per row run the splits
+    /// side by side and a second kernel folds them; without, one block per row folds them: the bits are the same.
     pub fn paged_attention(&self, a: &AttentionArgs) -> Result<(), GpuError> {
         let dims = [a.num_heads, a.num_kv_heads, a.head_dim, a.page_tokens].map(|v| Arg::Int(v as i32));
         let args = [
@@ -407,6 +418,7 @@ impl Gpu {
             Arg::Ptr(a.kcache),
             Arg::Ptr(a.vcache),
             Arg::Ptr(a.out),
+            Arg::Ptr(a.partial),
             dims[0],
             dims[1],
             dims[2],
@@ -414,9 +426,17 @@ impl Gpu {
             Arg::Ptr(a.page_stride),
             Arg::Ptr(a.layer_off),
             Arg::Float(a.scale),
+            Arg::Int(a.nsplit as i32),
         ];
         let group = (a.num_heads / a.num_kv_heads) as u32;
-        self.launch(&self.f.paged_attention, (a.num_kv_heads, a.rows), 32 * group, 0, &args)
+        let z = if a.partial == 0 { 1 } else { a.splits.clamp(1, a.nsplit.max(1)) };
+        self.launch(&self.f.paged_attention, (a.num_kv_heads, a.rows, z), 32 * group, ATTENTION_SMEM, &args)?;
+        if a.partial == 0 {
+            return Ok(());
+        }
+        let dims = [a.num_heads, a.head_dim, a.nsplit].map(|v| Arg::Int(v as i32));
+        let args = [Arg::Ptr(a.partial), Arg::Ptr(a.pos), Arg::Ptr(a.out), dims[0], dims[1], dims[2]];
+        self.launch(&self.f.attention_combine, (a.rows, a.num_heads, 1), 32, 0, &args)
     }
 }
 
@@ -456,6 +476,11 @@ pub struct AttentionArgs {
     pub page_stride: u64,
     pub layer_off: u64,
     pub scale: f32,
+    /// Room for split states (`nsplit` per row and head, `head_dim + 2` floats each), or 0 to fold in one block.
+    pub partial: DevPtr,
+    pub nsplit: usize,
+    /// Blocks per row when splitting.
+    pub splits: usize,
 }
 
 #[cfg(test)]
