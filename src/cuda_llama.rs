@@ -10,7 +10,7 @@ use tensorfold_actors::device::Allocation;
 use tensorfold_actors::engine::{Engine, KvLayout, KvPool, LaneStep};
 use tensorfold_actors::ledger::{LedgerError, MemoryKind};
 use tensorfold_kernels::cuda::{
-    pack_weight, AttentionArgs, DevPtr, ATTENTION_SPLIT, Gpu, GpuError, Graph, QkvArgs, MAX_GROUP, MAX_HEAD_DIM,
+    gate_up_order, pack_weight, AttentionArgs, DevPtr, ATTENTION_SPLIT, Gpu, GpuError, Graph, QkvArgs, MAX_GROUP, MAX_HEAD_DIM,
 };
 use tensorfold_kernels::Weight;
 
@@ -59,6 +59,7 @@ struct Scratch {
     meta: DevPtr,
     /// Attention split states of rounds of up to `SPLIT_ROWS` rows.
     partial: DevPtr,
+    tickets: DevPtr,
     nsplit: usize,
 }
 
@@ -166,6 +167,21 @@ impl Uploader<'_, '_> {
         self.upload(&pack_weight(&data, rows, cols))
     }
 
+    /// Gate and up (f x cols each) stacked in `gate_up_order`, packed in the GEMM's tiles.
+    fn gate_up(&mut self, gate: &Weight, up: &Weight) -> Result<DevPtr, LoadError> {
+        let (f, cols) = (gate.rows(), gate.cols());
+        let (g, u) = (gate.to_f32(), up.to_f32());
+        let mut data = vec![bf16::ZERO; 2 * f * cols];
+        data.par_chunks_mut(cols).enumerate().for_each(|(r, dst)| {
+            let src = gate_up_order(r, f);
+            let from = if src < f { &g[src * cols..(src + 1) * cols] } else { &u[(src - f) * cols..(src - f + 1) * cols] };
+            for (d, &v) in dst.iter_mut().zip(from) {
+                *d = bf16::from_f32(v);
+            }
+        });
+        self.upload(&pack_weight(&data, 2 * f, cols))
+    }
+
     fn vector(&mut self, v: &[f32]) -> Result<DevPtr, LoadError> {
         self.upload(v)
     }
@@ -236,7 +252,8 @@ impl CudaLlama {
             };
             let gate = ld.matrix(&format!("{p}.mlp.gate_proj.weight"), f, h)?;
             let upw = ld.matrix(&format!("{p}.mlp.up_proj.weight"), f, h)?;
-            let gate_up = up.matrices(&[gate, upw])?;
+            let gate_up = up.gate_up(&gate, &upw)?;
+            drop((gate, upw));
             let down = up.matrices(&[ld.matrix(&format!("{p}.mlp.down_proj.weight"), h, f)?])?;
             let input_norm = up.vector(&ld.vector(&format!("{p}.input_layernorm.weight"), h)?)?;
             let post_norm = up.vector(&ld.vector(&format!("{p}.post_attention_layernorm.weight"), h)?)?;
@@ -276,12 +293,27 @@ impl CudaLlama {
         let state_bytes = SPLIT_ROWS.min(t) * c.num_heads * (c.head_dim + 2) * 4;
         let nsplit = sizing.context.div_ceil(ATTENTION_SPLIT).min(PARTIAL_BYTES / state_bytes).max(1);
         let partial = up.buffer(act, nsplit * state_bytes)?;
-        let scratch =
-            Scratch { x, normed, qkv, attn, proj, gate_up, act: act_buf, logits, meta: meta_ptr, partial, nsplit };
+        let zeros = vec![0u32; SPLIT_ROWS * c.num_kv_heads];
+        let tickets = up.buffer(act, 4 * zeros.len())?;
+        shared.upload(tickets, &zeros).map_err(gpu_err)?;
+        let scratch = Scratch {
+            x,
+            normed,
+            qkv,
+            attn,
+            proj,
+            gate_up,
+            act: act_buf,
+            logits,
+            meta: meta_ptr,
+            partial,
+            tickets,
+            nsplit,
+        };
         let staging_bytes = meta.end + 4 * t * c.vocab_size;
         let staging =
             (up.alloc)(MemoryKind::PinnedHost, staging_bytes).map_err(|e| LoadError::Device(e.to_string()))?;
-        let activation_bytes = sizes.iter().sum::<usize>() + nsplit * state_bytes + staging_bytes;
+        let activation_bytes = sizes.iter().sum::<usize>() + nsplit * state_bytes + 4 * zeros.len() + staging_bytes;
         Ok(CudaLlama {
             cfg: c,
             gpu,
@@ -452,14 +484,19 @@ impl CudaLlama {
                 layer_off,
                 scale: 1.0 / (d as f32).sqrt(),
                 partial: if t <= SPLIT_ROWS { s.partial } else { 0 },
+                tickets: s.tickets,
                 nsplit: s.nsplit,
                 splits: SPLIT_BLOCKS,
             })
             .map_err(e)?;
             g.gemm(s.attn, l.o, l.o_bias, s.proj, t, h, q_dim).map_err(e)?;
             g.add_rms_norm(s.x, s.proj, l.post_norm, s.normed, t, h, c.rms_eps).map_err(e)?;
-            g.gemm(s.normed, l.gate_up, 0, s.gate_up, t, 2 * f, h).map_err(e)?;
-            g.swiglu(s.gate_up, s.act, t, f).map_err(e)?;
+            if Gpu::fuses_swiglu(t, 2 * f, h) {
+                g.gemm_swiglu(s.normed, l.gate_up, s.act, t, 2 * f, h).map_err(e)?;
+            } else {
+                g.gemm(s.normed, l.gate_up, 0, s.gate_up, t, 2 * f, h).map_err(e)?;
+                g.swiglu(s.gate_up, s.act, t, f).map_err(e)?;
+            }
             g.gemm(s.act, l.down, 0, s.proj, t, h, f).map_err(e)?;
             match self.layers.get(li + 1) {
                 Some(next) => g.add_rms_norm(s.x, s.proj, next.input_norm, s.normed, t, h, c.rms_eps).map_err(e)?,

@@ -97,13 +97,13 @@ __device__ __forceinline__ void stage_tile(float* buf, const KvSpan& kv, u32 sta
 
 // One block per (kv head, row, z), one warp per q head of the group; tiles are staged in shared memory once
 // for the whole group, and lane j scores key j of a tile. With `partial`, block z runs splits z, z + gridDim.z, ...
-// and stores each split's state for attention_combine (rows with more than `nsplit` splits fold in block 0
-// instead); without it, gridDim.z is 1 and the block folds every split and writes the row.
+// and stores each split's state; the last of the row's blocks, counted in `tickets` (left zero), folds them.
+// Rows with more than `nsplit` splits, or every row without `partial`, fold in one block as they go.
 // A page holds `page_tokens` positions of every layer and is `page_stride` floats long; layer_off picks the layer.
 extern "C" __global__ void __launch_bounds__(256) paged_attention(
     const float* __restrict__ qkv, const u32* __restrict__ pos, const u32* __restrict__ page_table,
     const u32* __restrict__ table_off, const float* __restrict__ kcache, const float* __restrict__ vcache,
-    bf16* __restrict__ out, float* __restrict__ partial, int nh, int nkv, int d, int page_tokens, u64 page_stride,
+    bf16* __restrict__ out, float* __restrict__ partial, u32* __restrict__ tickets, int nh, int nkv, int d, int page_tokens, u64 page_stride,
     u64 layer_off, float scale, int nsplit) {
     start_next();
     wait_prior();
@@ -184,30 +184,23 @@ extern "C" __global__ void __launch_bounds__(256) paged_attention(
             fold_state(big_m, big_l, big_a, m, l, acc, d);
         }
     }
-    if (split) return;
-    bf16* dst = out + (u64)row * nh * d + (u64)h * d;
+    if (split) {
+        // The row's last block to finish folds every split's state, in split order, and writes the row.
+        __shared__ u32 ticket;
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) ticket = atomicAdd(tickets + row * nkv + kvh, 1u);
+        __syncthreads();
+        if (ticket != min(gridDim.z, p / ATT_SPLIT + 1) - 1) return;
+        if (threadIdx.x == 0) tickets[row * nkv + kvh] = 0;
+        const float* base = partial + (u64)(row * nh + h) * nsplit * (d + 2);
+        for (u32 s = 0; s * ATT_SPLIT <= p; ++s) {
+            const float* part = base + (u64)s * (d + 2);
+            float acc[MAX_HEAD_DIM / 32];
 #pragma unroll
-    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
-        if (j < d / 32) dst[lane + 32 * j] = f2bf(big_a[j] / big_l);
-}
-
-// One warp per (row, head): folds the split states paged_attention stored, in split order, and writes the row.
-extern "C" __global__ void attention_combine(const float* __restrict__ partial, const u32* __restrict__ pos,
-                                             bf16* __restrict__ out, int nh, int d, int nsplit) {
-    start_next();
-    wait_prior();
-    const int row = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
-    const u32 p = pos[row];
-    if (p / ATT_SPLIT >= (u32)nsplit) return;
-    const float* base = partial + (u64)(row * nh + h) * nsplit * (d + 2);
-    float big_m = -__int_as_float(0x7f800000), big_l = 0.0f, big_a[MAX_HEAD_DIM / 32], acc[MAX_HEAD_DIM / 32];
-#pragma unroll
-    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) big_a[j] = 0.0f;
-    for (u32 s = 0; s * ATT_SPLIT <= p; ++s) {
-        const float* part = base + (u64)s * (d + 2);
-#pragma unroll
-        for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) acc[j] = j < d / 32 ? part[lane + 32 * j] : 0.0f;
-        fold_state(big_m, big_l, big_a, part[d], part[d + 1], acc, d);
+            for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) acc[j] = j < d / 32 ? __ldcg(part + lane + 32 * j) : 0.0f;
+            fold_state(big_m, big_l, big_a, __ldcg(part + d), __ldcg(part + d + 1), acc, d);
+        }
     }
     bf16* dst = out + (u64)row * nh * d + (u64)h * d;
 #pragma unroll

@@ -1,6 +1,7 @@
-// C[m][n] = sum_k A[m][k] * W[n][k] (+ bias[n]): bf16 in, f32 out, on tensor cores.
+// C[m][n] = sum_k A[m][k] * W[n][k] (+ bias[n]): bf16 in, f32 out, on tensor cores. With `act`, C is not
+// written: column tiles 2u and 2u + 1 are gate and up, and act gets their SwiGLU in bf16, n / 2 wide.
 //
-// Batch invariance: K is cut into S segments fixed by K alone; each segment is summed by one warp in
+// Batch invariance: K is cut into S segments fixed by the weight shape alone; each segment is summed by one warp in
 // ascending 32-wide chunks with the same mma sequence whatever M is, and the segment sums are added in
 // segment order. A row's result therefore never depends on M, on its place in the tile, or on other rows.
 // Within a chunk, lane group q reads 8 contiguous k (16 bytes) of A and W alike: a fixed permutation of k
@@ -37,11 +38,10 @@ __device__ __forceinline__ void chunk_mma(float* acc, uint4 lo, uint4 hi, uint4 
 }
 
 // Adds the segment partials of one output in segment order, then the bias.
-__device__ __forceinline__ void store_sum(const float* part, int stride, int segments, const float* bias, float* c,
-                                          u64 at, int col) {
+__device__ __forceinline__ float sum_segments(const float* part, int stride, int segments, const float* bias, int col) {
     float v = part[0];
     for (int s = 1; s < segments; ++s) v += part[s * stride];
-    c[at] = bias ? v + bias[col] : v;
+    return bias ? v + bias[col] : v;
 }
 
 // Few rows (decode): each warp owns one tile of 8 columns and one segment, and streams its weight tiles
@@ -50,7 +50,7 @@ __device__ __forceinline__ void store_sum(const float* part, int stride, int seg
 // P is how many steps ahead the activations load.
 template <bool HI, int R, int P>
 __device__ void gemm_narrow(const bf16* __restrict__ a, const bf16* __restrict__ w, const float* __restrict__ bias,
-                            float* __restrict__ c, int m, int n, int k, int segments) {
+                            float* __restrict__ c, bf16* __restrict__ act, int m, int n, int k, int segments) {
     extern __shared__ uint4 ring[];
     __shared__ float part[16][16][9];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -103,16 +103,29 @@ __device__ void gemm_narrow(const bf16* __restrict__ a, const bf16* __restrict__
 #pragma unroll
     for (int e = 0; e < 4; ++e) part[warp][g + 8 * (e >> 1)][2 * q + (e & 1)] = acc[e];
     __syncthreads();
+    if (act) {
+        // Tiles 2u and 2u + 1 hold gate and up of the same 8 columns of act.
+        for (int i = threadIdx.x; i < m * tiles * 4; i += blockDim.x) {
+            const int row = i / (tiles * 4), u = (i % (tiles * 4)) >> 3, col = i & 7;
+            const int gn = (blockIdx.x * tiles + 2 * u) * 8 + col;
+            if (gn < n) {
+                const float g = sum_segments(&part[2 * u * segments][row][col], 16 * 9, segments, bias, gn);
+                const float v = sum_segments(&part[(2 * u + 1) * segments][row][col], 16 * 9, segments, bias, gn + 8);
+                act[(u64)row * (n / 2) + (blockIdx.x * tiles / 2 + u) * 8 + col] = silu_mul(g, v);
+            }
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < m * tiles * 8; i += blockDim.x) {
         const int row = i / (tiles * 8), t = (i % (tiles * 8)) >> 3, col = i & 7;
         const int gn = (blockIdx.x * tiles + t) * 8 + col;
-        if (gn < n) store_sum(&part[t * segments][row][col], 16 * 9, segments, bias, c, (u64)row * n + gn, gn);
+        if (gn < n) c[(u64)row * n + gn] = sum_segments(&part[t * segments][row][col], 16 * 9, segments, bias, gn);
     }
 }
 
 // Many rows (prefill, wide batches): one warp per segment over a tile of 64 rows by 32 columns.
 __device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w, const float* __restrict__ bias,
-                          float* __restrict__ c, int m, int n, int k, int segments) {
+                          float* __restrict__ c, bf16* __restrict__ act, int m, int n, int k, int segments) {
     constexpr int MT = 4, NSUB = 4;
     __shared__ float red[MT * 16][NSUB * 8 + 1];
     wait_prior();
@@ -167,6 +180,18 @@ __device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w
         __syncthreads();
     }
     constexpr int COLS = NSUB * 8;
+    if (act) {
+        for (int i = threadIdx.x; i < MT * 16 * COLS / 2; i += blockDim.x) {
+            const int row = i / (COLS / 2), u = (i % (COLS / 2)) >> 3, col = i & 7, gm = m0 + row;
+            const int gn = (nb0 + 2 * u) * 8 + col;
+            if (gm < m && gn < n) {
+                const float g = bias ? red[row][2 * u * 8 + col] + bias[gn] : red[row][2 * u * 8 + col];
+                const float v = bias ? red[row][(2 * u + 1) * 8 + col] + bias[gn + 8] : red[row][(2 * u + 1) * 8 + col];
+                act[(u64)gm * (n / 2) + (nb0 / 2 + u) * 8 + col] = silu_mul(g, v);
+            }
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < MT * 16 * COLS; i += blockDim.x) {
         const int row = i / COLS, col = i % COLS, gm = m0 + row, gn = nb0 * 8 + col;
         if (gm < m && gn < n) c[(u64)gm * n + gn] = bias ? red[row][col] + bias[gn] : red[row][col];
@@ -174,15 +199,15 @@ __device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w
 }
 
 // Up to 8 rows: the upper half of each row tile is zero.
-extern "C" __global__ void __launch_bounds__(512) gemm_m8(const bf16* a, const bf16* w, const float* bias, float* c, int m, int n, int k, int segments) {
-    gemm_narrow<false, GEMM_RING, 8>(a, w, bias, c, m, n, k, segments);
+extern "C" __global__ void __launch_bounds__(512, 2) gemm_m8(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments) {
+    gemm_narrow<false, GEMM_RING, 4>(a, w, bias, c, act, m, n, k, segments);
 }
 
-extern "C" __global__ void __launch_bounds__(512) gemm_m16(const bf16* a, const bf16* w, const float* bias, float* c, int m, int n, int k, int segments) {
-    gemm_narrow<true, GEMM_RING, 4>(a, w, bias, c, m, n, k, segments);
+extern "C" __global__ void __launch_bounds__(512, 2) gemm_m16(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments) {
+    gemm_narrow<true, GEMM_RING, 4>(a, w, bias, c, act, m, n, k, segments);
 }
 
-extern "C" __global__ void __launch_bounds__(512) gemm_m64(const bf16* a, const bf16* w, const float* bias, float* c, int m, int n, int k, int segments) {
-    gemm_wide(a, w, bias, c, m, n, k, segments);
+extern "C" __global__ void __launch_bounds__(512) gemm_m64(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments) {
+    gemm_wide(a, w, bias, c, act, m, n, k, segments);
 }
 

@@ -1,4 +1,4 @@
-// Row-wise kernels: embedding gather, RMSNorm (fused with the residual add), SwiGLU. Norms take one block of 1024 per row.
+// Row-wise kernels: embedding gather, RMSNorm (fused with the residual add), SwiGLU. Norms take one block per row.
 
 // The table is packed in GEMM weight tiles (gemm.cu), since a tied one is also the output projection.
 extern "C" __global__ void embed_rows(const bf16* table, const u32* tokens, float* x, int h) {
@@ -10,59 +10,84 @@ extern "C" __global__ void embed_rows(const bf16* table, const u32* tokens, floa
     for (int i = threadIdx.x; i < h; i += blockDim.x) dst[i] = bf2f(src[(i >> 5) * 256 + (i & 31)]);
 }
 
-__device__ void rms_norm_row(const float* x, const float* w, bf16* out, int h, float eps) {
-    __shared__ float scratch[32];
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < h; i += 1024) ss += x[i] * x[i];
-    const float total = block_sum_1024(ss, scratch);
-    const float inv = 1.0f / sqrtf(total / (float)h + eps);
-    for (int i = threadIdx.x; i < h; i += 1024) out[i] = f2bf(w[i] * (x[i] * inv));
+// 1 / rms from the sums of a block of 1024 threads, or of 512 holding two each (ss[1] for thread t + 512).
+__device__ __forceinline__ float block_rms_inv(float ss0, float ss1, int h, float eps, float* scratch) {
+    const float s0 = warp_sum(ss0);
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = s0;
+    if (blockDim.x == 512) {
+        const float s1 = warp_sum(ss1);
+        if ((threadIdx.x & 31) == 0) scratch[(threadIdx.x + 512) >> 5] = s1;
+    }
+    __syncthreads();
+    float total = scratch[0];
+    for (int i = 1; i < 32; ++i) total += scratch[i];
+    __syncthreads();
+    return 1.0f / sqrtf(total / (float)h + eps);
+}
+
+// x += delta (when given), then out = norm(x) * w, summed as a block of 1024 threads would: thread v sums
+// x[v], x[v + 1024], ... in order, then warp butterflies, then the 32 warp sums in order. A block of 512 plays
+// threads t and t + 512, so every kernel that norms a row gets the same bits. delta is read from L2.
+// Rows up to 8192 wide are read once into registers.
+__device__ void add_norm_row(float* __restrict__ x, const float* __restrict__ delta, const float* __restrict__ w,
+                             bf16* __restrict__ out, int h, float eps, float* scratch) {
+    const int nt = blockDim.x;
+    const bool twin = nt == 512;
+    float ss[2] = {0.0f, 0.0f};
+    if (h <= 8192) {
+        float v[16];
+#pragma unroll
+        for (int k = 0; k < 16; ++k) {
+            const int i = threadIdx.x + k * nt;
+            v[k] = i < h ? x[i] : 0.0f;
+            if (delta && i < h) v[k] += __ldcg(delta + i);
+        }
+#pragma unroll
+        for (int k = 0; k < 16; ++k) {
+            const int i = threadIdx.x + k * nt;
+            if (i < h) {
+                if (delta) x[i] = v[k];
+                if (twin && (k & 1)) ss[1] = __fmaf_rn(v[k], v[k], ss[1]);
+                else ss[0] = __fmaf_rn(v[k], v[k], ss[0]);
+            }
+        }
+        const float inv = block_rms_inv(ss[0], ss[1], h, eps, scratch);
+#pragma unroll
+        for (int k = 0; k < 16; ++k) {
+            const int i = threadIdx.x + k * nt;
+            if (i < h) out[i] = f2bf(w[i] * (v[k] * inv));
+        }
+        return;
+    }
+    for (int i = threadIdx.x, k = 0; i < h; i += nt, ++k) {
+        float val = x[i];
+        if (delta) {
+            val += __ldcg(delta + i);
+            x[i] = val;
+        }
+        if (twin && (k & 1)) ss[1] = __fmaf_rn(val, val, ss[1]);
+        else ss[0] = __fmaf_rn(val, val, ss[0]);
+    }
+    const float inv = block_rms_inv(ss[0], ss[1], h, eps, scratch);
+    for (int i = threadIdx.x; i < h; i += nt) out[i] = f2bf(w[i] * (x[i] * inv));
 }
 
 // out[r] = norm(x[rows[r]]) * w; `rows` may be null for every row in order.
-extern "C" __global__ void rms_norm(const float* x, const u32* rows, const float* w, bf16* out, int h, float eps) {
+extern "C" __global__ void rms_norm(float* x, const u32* rows, const float* w, bf16* out, int h, float eps) {
     start_next();
     wait_prior();
+    __shared__ float scratch[32];
     const u64 src = rows ? rows[blockIdx.x] : blockIdx.x;
-    rms_norm_row(x + src * h, w, out + (u64)blockIdx.x * h, h, eps);
+    add_norm_row(x + src * h, nullptr, w, out + (u64)blockIdx.x * h, h, eps, scratch);
 }
 
-// x += delta, then out = norm(x) * w. Rows up to 8192 wide stay in registers: x, delta and w are read once.
+// x += delta, then out = norm(x) * w.
 extern "C" __global__ void add_rms_norm(float* x, const float* delta, const float* w, bf16* out, int h, float eps) {
     start_next();
     wait_prior();
-    float* row = x + (u64)blockIdx.x * h;
-    const float* d = delta + (u64)blockIdx.x * h;
-    if (h > 8 * 1024) {
-        for (int i = threadIdx.x; i < h; i += 1024) row[i] += d[i];
-        __syncthreads();
-        rms_norm_row(row, w, out + (u64)blockIdx.x * h, h, eps);
-        return;
-    }
     __shared__ float scratch[32];
-    float v[8], wv[8], ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const int i = threadIdx.x + j * 1024;
-        v[j] = i < h ? row[i] + d[i] : 0.0f;
-        wv[j] = i < h ? w[i] : 0.0f;
-    }
-    // The same order as rms_norm_row: each thread sums its values in index order, then the block sum.
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const int i = threadIdx.x + j * 1024;
-        if (i < h) {
-            row[i] = v[j];
-            ss += v[j] * v[j];
-        }
-    }
-    const float inv = 1.0f / sqrtf(block_sum_1024(ss, scratch) / (float)h + eps);
-    bf16* o = out + (u64)blockIdx.x * h;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const int i = threadIdx.x + j * 1024;
-        if (i < h) o[i] = f2bf(wv[j] * (v[j] * inv));
-    }
+    const u64 r = blockIdx.x;
+    add_norm_row(x + r * h, delta + r * h, w, out + r * h, h, eps, scratch);
 }
 
 // x += delta.
@@ -74,14 +99,14 @@ extern "C" __global__ void add_rows(float* x, const float* delta, int h) {
     for (int i = threadIdx.x; i < h; i += blockDim.x) row[i] += d[i];
 }
 
-// act = silu(gate) * up, with each row of gate_up holding gate then up; blocks (column tile, row).
+// act = silu(gate) * up; gate_up rows hold gate and up in alternating tiles of 8 columns (`gate_up_order`).
 extern "C" __global__ void swiglu(const float* gate_up, bf16* act, int f) {
     start_next();
     wait_prior();
     const float* g = gate_up + (u64)blockIdx.y * 2 * f;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < f) {
-        const float x = g[i];
-        act[(u64)blockIdx.y * f + i] = f2bf(x / (1.0f + expf(-x)) * g[f + i]);
+        const int at = (i >> 3) * 16 + (i & 7);
+        act[(u64)blockIdx.y * f + i] = silu_mul(g[at], g[at + 8]);
     }
 }

@@ -13,6 +13,9 @@ __device__ __forceinline__ bf16 f2bf(float f) {
     return (bf16)(u >> 16);
 }
 
+// The SwiGLU of one gate and up value, rounded to bf16: the same expression in every kernel.
+__device__ __forceinline__ bf16 silu_mul(float g, float u) { return f2bf(g / (1.0f + expf(-g)) * u); }
+
 // Butterfly sums: every lane ends with the same value, in an order fixed by the lane layout alone.
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

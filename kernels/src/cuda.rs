@@ -8,7 +8,7 @@ use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use sha2::{Digest, Sha256};
 
-pub use crate::cuda_pack::{gemm_segments, pack_weight, packed_index, packed_rows, Graph};
+pub use crate::cuda_pack::{gate_up_order, gemm_segments, pack_weight, packed_index, packed_rows, Graph};
 
 /// A device address.
 pub type DevPtr = u64;
@@ -56,7 +56,6 @@ struct Functions {
     gemm_m64: CudaFunction,
     qkv_rope_store: CudaFunction,
     paged_attention: CudaFunction,
-    attention_combine: CudaFunction,
     /// Whether launches may overlap the previous kernel's tail (programmatic dependent launch, sm_90 on).
     overlap: bool,
 }
@@ -164,7 +163,6 @@ impl Gpu {
             gemm_m64: load("gemm_m64")?,
             qkv_rope_store: load("qkv_rope_store")?,
             paged_attention: load("paged_attention")?,
-            attention_combine: load("attention_combine")?,
             // TENSORFOLD_CUDA_OVERLAP=1 lets each kernel start while the previous one ends (programmatic launch).
             overlap: major >= 9 && std::env::var_os("TENSORFOLD_CUDA_OVERLAP").is_some_and(|v| v == "1"),
         };
@@ -347,7 +345,7 @@ impl Gpu {
         self.launch(&self.f.add_rows, (n, 1, 1), 256, 0, &[Arg::Ptr(x), Arg::Ptr(delta), Arg::Int(h as i32)])
     }
 
-    /// act = silu(gate) * up as bf16, from rows of gate then up, `f` wide each.
+    /// act = silu(gate) * up as bf16, from rows of 2 f laid out by `gate_up_order`.
     pub fn swiglu(&self, gate_up: DevPtr, act: DevPtr, n: usize, f: usize) -> Result<(), GpuError> {
         self.launch(
             &self.f.swiglu,
@@ -370,8 +368,34 @@ impl Gpu {
         n: usize,
         k: usize,
     ) -> Result<(), GpuError> {
+        self.gemm_launch(a, w, bias, c, 0, m, n, k)
+    }
+
+    /// Whether `gemm_swiglu` can run for this many rows and this K.
+    pub fn fuses_swiglu(m: usize, n: usize, k: usize) -> bool {
+        m > 16 || (16 / gemm_segments(n, k)).is_multiple_of(2)
+    }
+
+    /// act[m x n/2] = SwiGLU of gate and up as bf16, their rows of `w` stacked by `gate_up_order`; no f32 output.
+    pub fn gemm_swiglu(&self, a: DevPtr, w: DevPtr, act: DevPtr, m: usize, n: usize, k: usize) -> Result<(), GpuError> {
+        assert!(Self::fuses_swiglu(m, n, k) && n.is_multiple_of(16), "gemm_swiglu: {m} x {n} x {k} cannot fuse");
+        self.gemm_launch(a, w, 0, 0, act, m, n, k)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_launch(
+        &self,
+        a: DevPtr,
+        w: DevPtr,
+        bias: DevPtr,
+        c: DevPtr,
+        act: DevPtr,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<(), GpuError> {
         assert!(k.is_multiple_of(32), "gemm: K = {k} is not a multiple of 32");
-        let segments = gemm_segments(k);
+        let segments = gemm_segments(n, k);
         // Narrow kernels: 16 warps, one per (8-column tile, segment); the wide one: a warp per segment.
         let (func, grid, threads, smem) = match m {
             0..=8 => (&self.f.gemm_m8, (n.div_ceil(8 * 16 / segments), 1, 1), 512, RING_BYTES),
@@ -379,7 +403,8 @@ impl Gpu {
             _ => (&self.f.gemm_m64, (n.div_ceil(32), m.div_ceil(64), 1), 32 * segments as u32, 0),
         };
         let dims = [m, n, k, segments].map(|v| Arg::Int(v as i32));
-        let args = [Arg::Ptr(a), Arg::Ptr(w), Arg::Ptr(bias), Arg::Ptr(c), dims[0], dims[1], dims[2], dims[3]];
+        let args =
+            [Arg::Ptr(a), Arg::Ptr(w), Arg::Ptr(bias), Arg::Ptr(c), Arg::Ptr(act), dims[0], dims[1], dims[2], dims[3]];
         self.launch(func, grid, threads, smem, &args)
     }
 
@@ -407,7 +432,7 @@ impl Gpu {
 
     /// Causal attention of each row over its lane's pages; out is bf16 rows of num_heads * head_dim.
     /// With `partial` (room for `nsplit` split states per row and head), `splits` blocks per row run the splits
-    /// side by side and a second kernel folds them; without, one block per row folds them: the bits are the same.
+    /// side by side and the last to finish folds them; without, one block per row folds them: the bits are the same.
     pub fn paged_attention(&self, a: &AttentionArgs) -> Result<(), GpuError> {
         let dims = [a.num_heads, a.num_kv_heads, a.head_dim, a.page_tokens].map(|v| Arg::Int(v as i32));
         let args = [
@@ -419,6 +444,7 @@ impl Gpu {
             Arg::Ptr(a.vcache),
             Arg::Ptr(a.out),
             Arg::Ptr(a.partial),
+            Arg::Ptr(a.tickets),
             dims[0],
             dims[1],
             dims[2],
@@ -430,13 +456,7 @@ impl Gpu {
         ];
         let group = (a.num_heads / a.num_kv_heads) as u32;
         let z = if a.partial == 0 { 1 } else { a.splits.clamp(1, a.nsplit.max(1)) };
-        self.launch(&self.f.paged_attention, (a.num_kv_heads, a.rows, z), 32 * group, ATTENTION_SMEM, &args)?;
-        if a.partial == 0 {
-            return Ok(());
-        }
-        let dims = [a.num_heads, a.head_dim, a.nsplit].map(|v| Arg::Int(v as i32));
-        let args = [Arg::Ptr(a.partial), Arg::Ptr(a.pos), Arg::Ptr(a.out), dims[0], dims[1], dims[2]];
-        self.launch(&self.f.attention_combine, (a.rows, a.num_heads, 1), 32, 0, &args)
+        self.launch(&self.f.paged_attention, (a.num_kv_heads, a.rows, z), 32 * group, ATTENTION_SMEM, &args)
     }
 }
 
@@ -478,6 +498,8 @@ pub struct AttentionArgs {
     pub scale: f32,
     /// Room for split states (`nsplit` per row and head, `head_dim + 2` floats each), or 0 to fold in one block.
     pub partial: DevPtr,
+    /// A zeroed counter per (row, KV head) of a split round; the kernel leaves it zero.
+    pub tickets: DevPtr,
     pub nsplit: usize,
     /// Blocks per row when splitting.
     pub splits: usize,

@@ -7,16 +7,33 @@ use crate::cuda::GpuError;
 /// Fewest 32-wide chunks in one K segment.
 pub const MIN_SEGMENT_TILES: usize = 16;
 
-/// K is summed in this many segments, fixed by K alone: the most of 16, 8, 4, 2 or 1 that splits it into whole
-/// 32-wide chunks with at least `MIN_SEGMENT_TILES` each (1 when none does).
-pub fn gemm_segments(k: usize) -> usize {
-    static MIN_TILES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    // TENSORFOLD_GEMM_MIN_TILES sets another minimum, for tuning; it changes the reduction order of every row alike.
-    let min_tiles = *MIN_TILES.get_or_init(|| {
-        std::env::var("TENSORFOLD_GEMM_MIN_TILES").ok().and_then(|v| v.parse().ok()).unwrap_or(MIN_SEGMENT_TILES)
+/// K is summed in this many segments, fixed by the weight's shape alone: of 16, 8, 4, 2 and 1, those that split
+/// it into whole 32-wide chunks with at least `MIN_SEGMENT_TILES` each (1 when none does); the most of them
+/// whose decode grid, n / 8 * S / 16 blocks, stays within `TENSORFOLD_GEMM_MAX_BLOCKS` (no limit by default),
+/// else the most.
+pub fn gemm_segments(n: usize, k: usize) -> usize {
+    static TUNING: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    // Tuning knobs; each changes the reduction order of every row of a weight alike.
+    let (min_tiles, max_blocks) = *TUNING.get_or_init(|| {
+        let var = |name: &str, default| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+        (var("TENSORFOLD_GEMM_MIN_TILES", MIN_SEGMENT_TILES), var("TENSORFOLD_GEMM_MAX_BLOCKS", usize::MAX))
     });
+    choose_segments(n, k, min_tiles, max_blocks)
+}
+
+fn choose_segments(n: usize, k: usize, min_tiles: usize, max_blocks: usize) -> usize {
     let tiles = k / 32;
-    [16, 8, 4, 2, 1].into_iter().find(|s| tiles.is_multiple_of(*s) && tiles / s >= min_tiles).unwrap_or(1)
+    let fits = |s: &usize| tiles.is_multiple_of(*s) && tiles / s >= min_tiles;
+    let mut options = [16, 8, 4, 2, 1].into_iter().filter(fits);
+    let most = options.clone().next().unwrap_or(1);
+    options.find(|s| n.div_ceil(8 * 16 / s) <= max_blocks).unwrap_or(most)
+}
+
+/// Row r of the stacked gate and up weights (f rows each) for row `r` of the GEMM: tiles of 8 rows alternate,
+/// gate then up, so one block holds both halves of the SwiGLU it fuses.
+pub fn gate_up_order(r: usize, f: usize) -> usize {
+    let (tile, i) = (r / 8, r % 8);
+    (tile % 2) * f + (tile / 2) * 8 + i
 }
 
 /// Rows of a packed weight: whole tiles of 8.
@@ -65,9 +82,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn test_segments_depend_on_k_alone() {
-        assert_eq!([gemm_segments(4096), gemm_segments(576), gemm_segments(1024), gemm_segments(32)], [8, 1, 2, 1]);
-        assert_eq!([gemm_segments(14336), gemm_segments(3584), gemm_segments(12288)], [16, 4, 16]);
+    fn test_segments_depend_on_the_weight_shape() {
+        let seg = |k| gemm_segments(1 << 20, k);
+        assert_eq!([seg(4096), seg(576), seg(1024), seg(32)], [8, 1, 2, 1]);
+        assert_eq!([seg(14336), seg(3584), seg(12288)], [16, 4, 16]);
+    }
+
+    #[test]
+    fn test_a_block_limit_takes_fewer_segments_where_that_fits_the_grid() {
+        let seg = |n, k| choose_segments(n, k, MIN_SEGMENT_TILES, 256);
+        // Llama-3.1-8B: down and qkv fit in 256 blocks with 8 and 4 segments; gate/up fits with none.
+        assert_eq!([seg(4096, 14336), seg(6144, 4096), seg(4096, 4096), seg(57344, 4096)], [8, 4, 8, 8]);
+        assert_eq!(choose_segments(4096, 14336, MIN_SEGMENT_TILES, usize::MAX), 16);
+    }
+
+    #[test]
+    fn test_gate_up_order_alternates_tiles_of_gate_and_up() {
+        let f = 24;
+        let order: Vec<usize> = (0..2 * f).map(|r| gate_up_order(r, f)).collect();
+        assert_eq!(&order[..10], &[0, 1, 2, 3, 4, 5, 6, 7, 24, 25]);
+        assert_eq!(&order[16..18], &[8, 9]);
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..2 * f).collect::<Vec<_>>(), "every row once");
     }
 
     #[test]
