@@ -73,7 +73,7 @@ __device__ void add_norm_row(float* __restrict__ x, const float* __restrict__ de
 }
 
 // out[r] = norm(x[rows[r]]) * w; `rows` may be null for every row in order.
-extern "C" __global__ void rms_norm(float* x, const u32* rows, const float* w, bf16* out, int h, float eps) {
+extern "C" __global__ void __launch_bounds__(1024) rms_norm(float* x, const u32* rows, const float* w, bf16* out, int h, float eps) {
     start_next();
     wait_prior();
     __shared__ float scratch[32];
@@ -82,7 +82,7 @@ extern "C" __global__ void rms_norm(float* x, const u32* rows, const float* w, b
 }
 
 // x += delta, then out = norm(x) * w.
-extern "C" __global__ void add_rms_norm(float* x, const float* delta, const float* w, bf16* out, int h, float eps) {
+extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(float* x, const float* delta, const float* w, bf16* out, int h, float eps) {
     start_next();
     wait_prior();
     __shared__ float scratch[32];

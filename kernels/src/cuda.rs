@@ -69,6 +69,9 @@ const ATTENTION_SMEM: u32 = 2 * (32 * (MAX_HEAD_DIM as u32 + 4) + 32 * MAX_HEAD_
 /// Positions in one attention split (ATT_SPLIT in attention.cu).
 pub const ATTENTION_SPLIT: usize = 64;
 
+/// Threads of a norm block; the kernels declare it as their launch bound, which caps their registers to fit.
+const NORM_THREADS: u32 = 1024;
+
 /// One kernel argument, passed by value.
 #[derive(Clone, Copy)]
 enum Arg {
@@ -321,7 +324,7 @@ impl Gpu {
         eps: f32,
     ) -> Result<(), GpuError> {
         let args = [Arg::Ptr(x), Arg::Ptr(rows), Arg::Ptr(w), Arg::Ptr(out), Arg::Int(h as i32), Arg::Float(eps)];
-        self.launch(&self.f.rms_norm, (n, 1, 1), 1024, 0, &args)
+        self.launch(&self.f.rms_norm, (n, 1, 1), NORM_THREADS, 0, &args)
     }
 
     /// x += delta, then out = rms_norm(x) * w as bf16.
@@ -337,7 +340,7 @@ impl Gpu {
         eps: f32,
     ) -> Result<(), GpuError> {
         let args = [Arg::Ptr(x), Arg::Ptr(delta), Arg::Ptr(w), Arg::Ptr(out), Arg::Int(h as i32), Arg::Float(eps)];
-        self.launch(&self.f.add_rms_norm, (n, 1, 1), 1024, 0, &args)
+        self.launch(&self.f.add_rms_norm, (n, 1, 1), NORM_THREADS, 0, &args)
     }
 
     /// x += delta over `n` rows of width `h`.
@@ -508,6 +511,18 @@ pub struct AttentionArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_kernels_launched_with_more_than_256_threads_declare_that_bound() {
+        // Without the bound the compiler may use more registers than such a block can have, and the launch fails.
+        let src = source();
+        let launched = [("rms_norm", NORM_THREADS), ("add_rms_norm", NORM_THREADS), ("gemm_m8", 512), ("gemm_m16", 512)];
+        for (name, threads) in launched {
+            let bound = format!("__launch_bounds__({threads}");
+            let declared = src.lines().any(|l| l.contains(&format!(" {name}(")) && l.contains(&bound));
+            assert!(declared, "kernel {name} is launched with {threads} threads but does not declare {bound})");
+        }
+    }
 
     #[test]
     fn test_kernels_compile_where_nvrtc_is_present() {
