@@ -105,7 +105,6 @@ extern "C" __global__ void __launch_bounds__(256) paged_attention(
     const u32* __restrict__ table_off, const float* __restrict__ kcache, const float* __restrict__ vcache,
     bf16* __restrict__ out, float* __restrict__ partial, u32* __restrict__ tickets, int nh, int nkv, int d, int page_tokens, u64 page_stride,
     u64 layer_off, float scale, int nsplit) {
-    start_next();
     wait_prior();
     extern __shared__ float stage[];
     __shared__ float qs[MAX_GROUP][MAX_HEAD_DIM];
@@ -184,6 +183,7 @@ extern "C" __global__ void __launch_bounds__(256) paged_attention(
             fold_state(big_m, big_l, big_a, m, l, acc, d);
         }
     }
+    start_next();
     if (split) {
         // The row's last block to finish folds every split's state, in split order, and writes the row.
         __shared__ u32 ticket;
