@@ -14,19 +14,23 @@ T0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - T0 ))"; }
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt"
-echo "== CUDA tests at $(elapsed) s"
+echo "== CUDA tests at $(elapsed) s, by default and under each tuning switch"
 .device/cuda-tests --test-threads 1 2>&1 | grep -E "^test |test result|skipped|panicked" | tee "$OUT/tests.txt"
+for switch in TENSORFOLD_CUDA_OVERLAP=1 TENSORFOLD_GEMM_MAX_BLOCKS=256; do
+    echo "$switch: $(env "$switch" .device/cuda-tests --test-threads 1 2>&1 | grep "test result")" | tee -a "$OUT/tests.txt"
+done
 if [[ ! -f "$CKPT/config.json" ]]; then
     timeout 180 python3 tools/make_checkpoint.py --shape llama-3.1-8b --out "$CKPT" > "$OUT/checkpoint.log" 2>&1
 fi
 echo "== engine alone at $(elapsed) s"
-for after in 0 160; do
-    for graphs in 1 0; do
-        r=$(TENSORFOLD_CUDA_GRAPHS=$graphs timeout 90 .device/tensorfold bench --device cuda --model "$CKPT" \
-            --prompt-tokens 512 --decode-tokens 128 --decode-after $after --repeats 2 2>/dev/null | tail -1)
-        echo "graphs=$graphs $r" | tee -a "$OUT/engine.txt"
-    done
+engine() {
+    timeout 90 env "$@" .device/tensorfold bench --device cuda --model "$CKPT" --prompt-tokens 512 \
+        --decode-tokens 128 --repeats 2 2>/dev/null | grep decode_tok_s
+}
+for setting in TENSORFOLD_CUDA_GRAPHS=1 TENSORFOLD_CUDA_GRAPHS=0 TENSORFOLD_CUDA_OVERLAP=1 TENSORFOLD_GEMM_MAX_BLOCKS=256; do
+    echo "$setting $(engine "$setting" --decode-after 0)" | tee -a "$OUT/engine.txt"
 done
+echo "default, after 160: $(engine TENSORFOLD_CUDA_GRAPHS=1 --decode-after 160)" | tee -a "$OUT/engine.txt"
 echo "== server against transformers at $(elapsed) s"
 timeout 300 bash tools/bench_gpu.sh --out "$OUT/bench" --ckpt "$CKPT" --deadline 280 > /dev/null 2>&1
 tail -25 "$OUT/bench/results.md"
