@@ -10,7 +10,8 @@ use tensorfold_actors::device::Allocation;
 use tensorfold_actors::engine::{Engine, KvLayout, KvPool, LaneStep};
 use tensorfold_actors::ledger::{LedgerError, MemoryKind};
 use tensorfold_kernels::cuda::{
-    gate_up_order, pack_weight, AttentionArgs, DevPtr, ATTENTION_SPLIT, Gpu, GpuError, Graph, QkvArgs, MAX_GROUP, MAX_HEAD_DIM,
+    gate_up_order, pack_weight, AttentionArgs, DevPtr, Gpu, GpuError, Graph, QkvArgs, ATTENTION_SPLIT, MAX_GROUP,
+    MAX_HEAD_DIM,
 };
 use tensorfold_kernels::Weight;
 
@@ -115,9 +116,12 @@ pub struct CudaLlama {
     meta: MetaLayout,
     /// Pinned host memory: the meta tables going up, then the logits coming down.
     staging: Mutex<Allocation>,
-    /// Recorded decode rounds by row count and the KV pool's keys, values and page size; taken after `staging`.
-    graphs: Mutex<HashMap<(usize, DevPtr, DevPtr, usize), Graph>>,
+    /// Recorded decode rounds by row count, the KV pool's keys, values and page size, and RoPE fusion; taken
+    /// after `staging`.
+    graphs: Mutex<HashMap<(usize, DevPtr, DevPtr, usize, bool), Graph>>,
     graphs_on: AtomicBool,
+    /// Whether decode rounds do RoPE and the cache write inside the attention kernel; the bits are the same.
+    fuse_rope: AtomicBool,
     weight_bytes: usize,
     activation_bytes: usize,
     /// Every allocation the model holds, returned to the ledger when it drops.
@@ -174,7 +178,8 @@ impl Uploader<'_, '_> {
         let mut data = vec![bf16::ZERO; 2 * f * cols];
         data.par_chunks_mut(cols).enumerate().for_each(|(r, dst)| {
             let src = gate_up_order(r, f);
-            let from = if src < f { &g[src * cols..(src + 1) * cols] } else { &u[(src - f) * cols..(src - f + 1) * cols] };
+            let from =
+                if src < f { &g[src * cols..(src + 1) * cols] } else { &u[(src - f) * cols..(src - f + 1) * cols] };
             for (d, &v) in dst.iter_mut().zip(from) {
                 *d = bf16::from_f32(v);
             }
@@ -328,6 +333,7 @@ impl CudaLlama {
             staging: Mutex::new(staging),
             graphs: Mutex::new(HashMap::new()),
             graphs_on: AtomicBool::new(std::env::var_os("TENSORFOLD_CUDA_GRAPHS").is_none_or(|v| v != "0")),
+            fuse_rope: AtomicBool::new(std::env::var_os("TENSORFOLD_FUSE_ROPE").is_some_and(|v| v == "1")),
             weight_bytes,
             activation_bytes,
             _held: up.held,
@@ -355,6 +361,11 @@ impl CudaLlama {
     /// Whether decode rounds replay recorded graphs (the default) or launch each kernel.
     pub fn set_graphs(&self, on: bool) {
         self.graphs_on.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether decode rounds do RoPE and the cache write inside the attention kernel (off by default).
+    pub fn set_fuse_rope(&self, on: bool) {
+        self.fuse_rope.store(on, Ordering::Relaxed);
     }
 
     /// Runs the round; `Err` for a device fault.
@@ -407,16 +418,16 @@ impl CudaLlama {
         let n = logit_rows.len();
         let cache = Caches { k: kcache, v: vcache, page_tokens: pt, page_stride };
         // A decode round's launches depend only on its row count and the pool's addresses and page size: a graph replays them.
-        let decode = n == t && t <= GRAPH_ROWS && lanes.iter().all(|l| l.tokens.len() == 1);
-        if decode && self.graphs_on.load(Ordering::Relaxed) {
+        let decode = lanes.iter().all(|l| l.tokens.len() == 1);
+        if decode && n == t && t <= GRAPH_ROWS && self.graphs_on.load(Ordering::Relaxed) {
             let mut graphs = self.graphs.lock().map_err(|_| "the graph cache is poisoned")?;
-            let graph = match graphs.entry((t, kcache, vcache, pt)) {
+            let graph = match graphs.entry((t, kcache, vcache, pt, self.fuse_rope.load(Ordering::Relaxed))) {
                 Entry::Occupied(o) => o.into_mut(),
-                Entry::Vacant(v) => v.insert(g.capture(|| self.queue(&cache, t, n)).map_err(e)?),
+                Entry::Vacant(v) => v.insert(g.capture(|| self.queue(&cache, t, n, true)).map_err(e)?),
             };
             graph.launch().map_err(e)?;
         } else {
-            self.queue(&cache, t, n).map_err(e)?;
+            self.queue(&cache, t, n, decode).map_err(e)?;
         }
         let vocab = c.vocab_size;
         let out_bytes = &mut bytes[m.end..m.end + 4 * n * vocab];
@@ -435,8 +446,9 @@ impl CudaLlama {
         Ok(first.into_par_iter().map(|(row, k)| floats[row * vocab..(row + k) * vocab].to_vec()).collect())
     }
 
-    /// Queues the kernels of a round of `t` rows whose tables are uploaded, with logits for `n` of them.
-    fn queue(&self, cache: &Caches, t: usize, n: usize) -> Result<(), GpuError> {
+    /// Queues the kernels of a round of `t` rows whose tables are uploaded, with logits for `n` of them;
+    /// `decode` says every lane has one token.
+    fn queue(&self, cache: &Caches, t: usize, n: usize, decode: bool) -> Result<(), GpuError> {
         let (c, s, g, m) = (&self.cfg, &self.scratch, &*self.gpu, self.meta);
         let (kcache, vcache, pt, page_stride) = (cache.k, cache.v, cache.page_tokens, cache.page_stride);
         let kv_dim = c.num_kv_heads * c.head_dim;
@@ -449,7 +461,7 @@ impl CudaLlama {
         for (li, l) in self.layers.iter().enumerate() {
             let layer_off = (li * pt * kv_dim) as u64;
             g.gemm(s.normed, l.qkv, l.qkv_bias, s.qkv, t, width, h).map_err(e)?;
-            g.qkv_rope_store(&QkvArgs {
+            let rope = QkvArgs {
                 qkv: s.qkv,
                 pos: at(m.pos),
                 kv_off: at(m.kv_off),
@@ -465,9 +477,8 @@ impl CudaLlama {
                 num_kv_heads: c.num_kv_heads,
                 head_dim: d,
                 interleaved: c.rope_interleaved,
-            })
-            .map_err(e)?;
-            g.paged_attention(&AttentionArgs {
+            };
+            let attention = AttentionArgs {
                 qkv: s.qkv,
                 pos: at(m.pos),
                 page_table: at(m.pages),
@@ -487,8 +498,14 @@ impl CudaLlama {
                 tickets: s.tickets,
                 nsplit: s.nsplit,
                 splits: SPLIT_BLOCKS,
-            })
-            .map_err(e)?;
+            };
+            // A decode round may fold RoPE and the cache write into the attention kernel (TENSORFOLD_FUSE_ROPE=1).
+            if decode && self.fuse_rope.load(Ordering::Relaxed) {
+                g.paged_attention(&attention, Some(&rope)).map_err(e)?;
+            } else {
+                g.qkv_rope_store(&rope).map_err(e)?;
+                g.paged_attention(&attention, None).map_err(e)?;
+            }
             g.gemm(s.attn, l.o, l.o_bias, s.proj, t, h, q_dim).map_err(e)?;
             g.add_rms_norm(s.x, s.proj, l.post_norm, s.normed, t, h, c.rms_eps).map_err(e)?;
             if Gpu::fuses_swiglu(t, 2 * f, h) {

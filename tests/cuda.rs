@@ -159,39 +159,52 @@ fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
     }
 }
 
-/// Decode rounds replayed from recorded graphs equal the same rounds launched kernel by kernel.
+/// Decode rounds replayed from recorded graphs, or with RoPE and the cache write fused into attention, equal the
+/// same rounds launched kernel by kernel.
 #[test]
-fn test_graph_replays_equal_direct_launches_over_decode_steps() {
+fn test_graph_replays_and_fused_rope_equal_direct_launches_over_decode_steps() {
     let Some(dev) = gpu() else { return };
-    let dir = checkpoint("qwen2", 5);
-    let model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 3, context: 128 });
-    let prompts: Vec<Vec<u32>> = (0..3).map(|i| tokens(&mut Rng(30 + i), 5 + 3 * i as usize)).collect();
-    let run = |graphs: bool| {
-        model.set_graphs(graphs);
-        let mut pool = dev.kv_pool(&model, PAGE_TOKENS, 24).unwrap();
-        let pages: Vec<Vec<u32>> = (0..3).map(|i| (8 * i..8 * i + 8).collect()).collect();
-        let mut seqs: Vec<Vec<u32>> = prompts.clone();
-        let mut logits = Vec::new();
-        for step in 0..20 {
-            let lanes: Vec<LaneStep> = seqs
-                .iter()
-                .zip(&pages)
-                .map(|(s, p)| match step {
-                    0 => LaneStep { tokens: s, start_pos: 0, pages: p, logits: Logits::Last },
-                    _ => LaneStep { tokens: &s[s.len() - 1..], start_pos: s.len() - 1, pages: p, logits: Logits::Last },
-                })
-                .collect();
-            let out = model.forward(&mut pool, &lanes);
-            for (s, l) in seqs.iter_mut().zip(&out) {
-                s.push(tensorfold_kernels::ops::argmax(l) as u32);
+    for (arch, seed) in [("qwen2", 5), ("qwen3", 6)] {
+        let dir = checkpoint(arch, seed);
+        let model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 3, context: 128 });
+        let prompts: Vec<Vec<u32>> = (0..3).map(|i| tokens(&mut Rng(30 + i), 5 + 3 * i as usize)).collect();
+        let run = |graphs: bool, fuse: bool| {
+            model.set_graphs(graphs);
+            model.set_fuse_rope(fuse);
+            let mut pool = dev.kv_pool(&model, PAGE_TOKENS, 24).unwrap();
+            let pages: Vec<Vec<u32>> = (0..3).map(|i| (8 * i..8 * i + 8).collect()).collect();
+            let mut seqs: Vec<Vec<u32>> = prompts.clone();
+            let mut logits = Vec::new();
+            for step in 0..20 {
+                let lanes: Vec<LaneStep> = seqs
+                    .iter()
+                    .zip(&pages)
+                    .map(|(s, p)| match step {
+                        0 => LaneStep { tokens: s, start_pos: 0, pages: p, logits: Logits::Last },
+                        _ => LaneStep {
+                            tokens: &s[s.len() - 1..],
+                            start_pos: s.len() - 1,
+                            pages: p,
+                            logits: Logits::Last,
+                        },
+                    })
+                    .collect();
+                let out = model.forward(&mut pool, &lanes);
+                for (s, l) in seqs.iter_mut().zip(&out) {
+                    s.push(tensorfold_kernels::ops::argmax(l) as u32);
+                }
+                logits.extend(out.into_iter().flatten());
             }
-            logits.extend(out.into_iter().flatten());
+            (seqs, logits)
+        };
+        let direct = run(false, false);
+        for (graphs, fuse) in [(true, false), (false, true), (true, true)] {
+            let other = run(graphs, fuse);
+            let what = format!("{arch}, graphs {graphs}, fused RoPE {fuse}");
+            assert_eq!(direct.0, other.0, "{what}: other tokens than direct launches");
+            assert!(same_bits(&direct.1, &other.1), "{what}: other logits than direct launches");
         }
-        (seqs, logits)
-    };
-    let (direct, with_graphs) = (run(false), run(true));
-    assert_eq!(direct.0, with_graphs.0, "graph replays chose other tokens");
-    assert!(same_bits(&direct.1, &with_graphs.1), "graph replays changed the logits");
+    }
 }
 
 /// A recorded round holds the KV pool's addresses: a pool sharing only its keys' address with an earlier one must

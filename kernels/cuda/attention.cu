@@ -3,7 +3,7 @@
 // A query row's attention depends only on its own q, its absolute position and the cached keys and
 // values. Keys are cut into splits of ATT_SPLIT positions aligned to absolute positions; each split runs
 // an online softmax over tiles of 32 keys from a fresh state, and the splits' states are folded in split
-// order. Whether one block folds them as it goes or a combine kernel folds them after parallel blocks,
+// order. Whether one block folds them as it goes or the last of several parallel blocks folds them after,
 // the arithmetic is the same, so a row computes the same bits in a round of any size or chunking.
 
 #define MAX_HEAD_DIM 128
@@ -15,6 +15,37 @@
 // Floats of one staged tile of keys and values.
 #define ATT_BUF (ATT_TILE * KS_STRIDE + ATT_TILE * MAX_HEAD_DIM)
 
+// Norms (with `norm`) and rotates one head that one warp holds in shared memory, into out[j] for lane + 32 j;
+// a v head (`rotate` false) passes through. Every step is rounded explicitly, so both kernels that call it
+// compute the same bits.
+__device__ __forceinline__ void rope_head(float* head, const float* norm, float eps, u32 p, const float* inv_freq,
+                                          int d, int interleaved, bool rotate, float* out) {
+    const int lane = threadIdx.x & 31, half = d / 2;
+    if (rotate && norm) {
+        float ss = 0.0f;
+        for (int i = lane; i < d; i += 32) ss = __fmaf_rn(head[i], head[i], ss);
+        const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)d + eps);
+        __syncwarp();
+        for (int i = lane; i < d; i += 32) head[i] = __fmul_rn(norm[i], __fmul_rn(head[i], inv));
+        __syncwarp();
+    }
+#pragma unroll
+    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
+        const int i = lane + 32 * j;
+        if (i >= d) continue;
+        if (!rotate) {
+            out[j] = head[i];
+            continue;
+        }
+        const int pair = interleaved ? i >> 1 : (i < half ? i : i - half);
+        const int a = interleaved ? 2 * pair : pair, b = interleaved ? 2 * pair + 1 : pair + half;
+        const double angle = (double)__fmul_rn((float)p, inv_freq[pair]);
+        const float s = (float)sin(angle), c = (float)cos(angle);
+        out[j] = i == a ? __fsub_rn(__fmul_rn(head[a], c), __fmul_rn(head[b], s))
+                        : __fadd_rn(__fmul_rn(head[b], c), __fmul_rn(head[a], s));
+    }
+}
+
 // One warp per (row, head): heads [0, nh) are q, [nh, nh+nkv) k, then v. q stays in qkv; k and v go to the cache
 // at kv_off[row] (the row's page and slot) plus layer_off.
 extern "C" __global__ void qkv_rope_store(float* qkv, const u32* pos, const u64* kv_off, const float* inv_freq,
@@ -24,40 +55,17 @@ extern "C" __global__ void qkv_rope_store(float* qkv, const u32* pos, const u64*
     wait_prior();
     __shared__ float head[MAX_HEAD_DIM];
     const int row = blockIdx.x, hd = blockIdx.y, lane = threadIdx.x;
-    const int width = (nh + 2 * nkv) * d;
-    float* x = qkv + (u64)row * width + hd * d;
+    float* x = qkv + (u64)row * (nh + 2 * nkv) * d + hd * d;
     const bool is_q = hd < nh, is_v = hd >= nh + nkv;
     for (int i = lane; i < d; i += 32) head[i] = x[i];
     __syncwarp();
-    const float* norm = is_q ? q_norm : k_norm;
-    if (!is_v && norm) {
-        float ss = 0.0f;
-        for (int i = lane; i < d; i += 32) ss += head[i] * head[i];
-        const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)d + eps);
-        __syncwarp();
-        for (int i = lane; i < d; i += 32) head[i] = norm[i] * (head[i] * inv);
-        __syncwarp();
-    }
     float out[MAX_HEAD_DIM / 32];
-    const int half = d / 2;
-    for (int j = 0, i = lane; i < d; i += 32, ++j) {
-        if (is_v) {
-            out[j] = head[i];
-            continue;
-        }
-        const int pair = interleaved ? i >> 1 : (i < half ? i : i - half);
-        const int a = interleaved ? 2 * pair : pair, b = interleaved ? 2 * pair + 1 : pair + half;
-        const double angle = (double)((float)pos[row] * inv_freq[pair]);
-        const float s = (float)sin(angle), c = (float)cos(angle);
-        out[j] = i == a ? head[a] * c - head[b] * s : head[b] * c + head[a] * s;
-    }
-    if (is_q) {
-        for (int j = 0, i = lane; i < d; i += 32, ++j) x[i] = out[j];
-        return;
-    }
+    rope_head(head, is_q ? q_norm : k_norm, eps, pos[row], inv_freq, d, interleaved, !is_v, out);
     const int kvh = is_v ? hd - nh - nkv : hd - nh;
-    float* dst = (is_v ? vcache : kcache) + kv_off[row] + layer_off + (u64)kvh * d;
-    for (int j = 0, i = lane; i < d; i += 32, ++j) dst[i] = out[j];
+    float* dst = is_q ? x : (is_v ? vcache : kcache) + kv_off[row] + layer_off + (u64)kvh * d;
+#pragma unroll
+    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
+        if (lane + 32 * j < d) dst[lane + 32 * j] = out[j];
 }
 
 // Folds a split's softmax state (m, l, acc) into a running one, rounding each step the same way in every kernel.
@@ -102,9 +110,10 @@ __device__ __forceinline__ void stage_tile(float* buf, const KvSpan& kv, u32 sta
 // A page holds `page_tokens` positions of every layer and is `page_stride` floats long; layer_off picks the layer.
 extern "C" __global__ void __launch_bounds__(256) paged_attention(
     const float* __restrict__ qkv, const u32* __restrict__ pos, const u32* __restrict__ page_table,
-    const u32* __restrict__ table_off, const float* __restrict__ kcache, const float* __restrict__ vcache,
-    bf16* __restrict__ out, float* __restrict__ partial, u32* __restrict__ tickets, int nh, int nkv, int d, int page_tokens, u64 page_stride,
-    u64 layer_off, float scale, int nsplit) {
+    const u32* __restrict__ table_off, float* __restrict__ kcache, float* __restrict__ vcache, bf16* __restrict__ out,
+    float* __restrict__ partial, u32* __restrict__ tickets, int nh, int nkv, int d, int page_tokens, u64 page_stride,
+    u64 layer_off, float scale, int nsplit, const u64* __restrict__ kv_off, const float* __restrict__ inv_freq,
+    const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps, int interleaved, int fuse_rope) {
     wait_prior();
     extern __shared__ float stage[];
     __shared__ float qs[MAX_GROUP][MAX_HEAD_DIM];
@@ -117,6 +126,31 @@ extern "C" __global__ void __launch_bounds__(256) paged_attention(
     if (first * ATT_SPLIT > p || (!split && blockIdx.z > 0)) return;
     const float* src = qkv + (u64)row * (nh + 2 * nkv) * d + (u64)h * d;
     for (int i = lane; i < d; i += 32) qs[warp][i] = src[i];
+    if (fuse_rope) {
+        // A decode round: each block rotates its q heads itself, and the block that runs the row's last split
+        // writes the new key and value, as qkv_rope_store would, before it stages them.
+        __shared__ float fresh[2][MAX_HEAD_DIM];
+        __syncwarp();
+        float o[MAX_HEAD_DIM / 32];
+        rope_head(qs[warp], q_norm, eps, p, inv_freq, d, interleaved, true, o);
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
+            if (lane + 32 * j < d) qs[warp][lane + 32 * j] = o[j];
+        if (!split || (p / ATT_SPLIT) % gridDim.z == blockIdx.z) {
+            for (int which = warp; which < 2; which += blockDim.x >> 5) {
+                const bool is_v = which == 1;
+                const float* hsrc = qkv + (u64)row * (nh + 2 * nkv) * d + (u64)(nh + which * nkv + kvh) * d;
+                for (int i = lane; i < d; i += 32) fresh[which][i] = hsrc[i];
+                __syncwarp();
+                rope_head(fresh[which], k_norm, eps, p, inv_freq, d, interleaved, !is_v, o);
+                float* dst = (is_v ? vcache : kcache) + kv_off[row] + layer_off + (u64)kvh * d;
+#pragma unroll
+                for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
+                    if (lane + 32 * j < d) dst[lane + 32 * j] = o[j];
+            }
+        }
+    }
     const u32* pages = page_table + table_off[row];
     KvSpan kv = {kcache, vcache, pid, 0, page_tokens, nkv * d, d, page_stride, layer_off + (u64)kvh * d};
     const float inf = __int_as_float(0x7f800000);

@@ -10,8 +10,8 @@ use sha2::{Digest, Sha256};
 
 #[path = "cuda_attention.rs"]
 mod attention;
-pub use attention::{AttentionArgs, QkvArgs, ATTENTION_SPLIT};
 pub use crate::cuda_pack::{gate_up_order, gemm_segments, pack_weight, packed_index, packed_rows, Graph};
+pub use attention::{AttentionArgs, QkvArgs, ATTENTION_SPLIT};
 
 /// A device address.
 pub type DevPtr = u64;
@@ -417,7 +417,8 @@ mod tests {
     fn test_kernels_launched_with_more_than_256_threads_declare_that_bound() {
         // Without the bound the compiler may use more registers than such a block can have, and the launch fails.
         let src = source();
-        let launched = [("rms_norm", NORM_THREADS), ("add_rms_norm", NORM_THREADS), ("gemm_m8", 512), ("gemm_m16", 512)];
+        let launched =
+            [("rms_norm", NORM_THREADS), ("add_rms_norm", NORM_THREADS), ("gemm_m8", 512), ("gemm_m16", 512)];
         for (name, threads) in launched {
             let bound = format!("__launch_bounds__({threads}");
             let declared = src.lines().any(|l| l.contains(&format!(" {name}(")) && l.contains(&bound));

@@ -34,7 +34,9 @@ impl Gpu {
     /// Causal attention of each row over its lane's pages; out is bf16 rows of num_heads * head_dim.
     /// With `partial` (room for `nsplit` split states per row and head), `splits` blocks per row run the splits
     /// side by side and the last to finish folds them; without, one block per row folds them: the bits are the same.
-    pub fn paged_attention(&self, a: &AttentionArgs) -> Result<(), GpuError> {
+    /// With `rope` (a round where every lane decodes one token) it also does `qkv_rope_store`'s work, which the
+    /// caller then skips: the same arithmetic, one launch fewer.
+    pub fn paged_attention(&self, a: &AttentionArgs, rope: Option<&QkvArgs>) -> Result<(), GpuError> {
         let dims = [a.num_heads, a.num_kv_heads, a.head_dim, a.page_tokens].map(|v| Arg::Int(v as i32));
         let args = [
             Arg::Ptr(a.qkv),
@@ -54,6 +56,13 @@ impl Gpu {
             Arg::Ptr(a.layer_off),
             Arg::Float(a.scale),
             Arg::Int(a.nsplit as i32),
+            Arg::Ptr(rope.map_or(0, |r| r.kv_off)),
+            Arg::Ptr(rope.map_or(0, |r| r.inv_freq)),
+            Arg::Ptr(rope.map_or(0, |r| r.q_norm)),
+            Arg::Ptr(rope.map_or(0, |r| r.k_norm)),
+            Arg::Float(rope.map_or(0.0, |r| r.eps)),
+            Arg::Int(rope.is_some_and(|r| r.interleaved) as i32),
+            Arg::Int(rope.is_some() as i32),
         ];
         let group = (a.num_heads / a.num_kv_heads) as u32;
         let z = if a.partial == 0 { 1 } else { a.splits.clamp(1, a.nsplit.max(1)) };
