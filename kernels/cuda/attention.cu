@@ -114,6 +114,7 @@ extern "C" __global__ void __launch_bounds__(256) paged_attention(
     float* __restrict__ partial, u32* __restrict__ tickets, int nh, int nkv, int d, int page_tokens, u64 page_stride,
     u64 layer_off, float scale, int nsplit, const u64* __restrict__ kv_off, const float* __restrict__ inv_freq,
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps, int interleaved, int fuse_rope) {
+    start_next();
     wait_prior();
     extern __shared__ float stage[];
     __shared__ float qs[MAX_GROUP][MAX_HEAD_DIM];
@@ -217,7 +218,6 @@ extern "C" __global__ void __launch_bounds__(256) paged_attention(
             fold_state(big_m, big_l, big_a, m, l, acc, d);
         }
     }
-    start_next();
     if (split) {
         // The row's last block to finish folds every split's state, in split order, and writes the row.
         __shared__ u32 ticket;

@@ -67,6 +67,7 @@ __device__ void gemm_narrow(const bf16* __restrict__ a, const bf16* __restrict__
         async_commit();
     }
     wait_prior();
+    start_next();
     if (live) {
         // Rows past m read row m - 1: their results are never stored, and no row affects another.
         const bf16* alo = a + (u64)min(g, m - 1) * k + kb0 * 32 + 8 * q;
@@ -99,8 +100,6 @@ __device__ void gemm_narrow(const bf16* __restrict__ a, const bf16* __restrict__
             }
         }
     }
-    // The next kernel may start once every block is past its weights: it prefetches its own meanwhile.
-    start_next();
 #pragma unroll
     for (int e = 0; e < 4; ++e) part[warp][g + 8 * (e >> 1)][2 * q + (e & 1)] = acc[e];
     __syncthreads();
@@ -130,6 +129,7 @@ __device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w
     constexpr int MT = 4, NSUB = 4;
     __shared__ float red[MT * 16][NSUB * 8 + 1];
     wait_prior();
+    start_next();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int nb0 = blockIdx.x * NSUB, m0 = blockIdx.y * 16 * MT, kbs = k >> 5, per = kbs / segments;
     float acc[MT][NSUB][4];
@@ -164,8 +164,7 @@ __device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w
 #pragma unroll
             for (int j = 0; j < NSUB; ++j) chunk_mma(acc[t][j], lo[t], hi[t], b[j]);
     }
-    start_next();
-    // Segment sums are added in segment order, as sum_segments adds them.
+    // Segment sums are added in segment order, as store_sum adds them.
     for (int s = 0; s < segments; ++s) {
         if (warp == s) {
 #pragma unroll

@@ -50,8 +50,7 @@ template <int N>
 __device__ __forceinline__ void async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // Launches may overlap (programmatic dependent launch): every kernel calls wait_prior before it reads or
-// writes memory that earlier kernels use, and start_next once the next kernel may launch. The GEMMs and
-// attention call it after their main loop, so the next kernel's blocks never take the slots of their later waves.
+// writes memory that earlier kernels use, and start_next once the next kernel may launch.
 __device__ __forceinline__ void wait_prior() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
