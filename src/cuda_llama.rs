@@ -419,15 +419,16 @@ impl CudaLlama {
         let cache = Caches { k: kcache, v: vcache, page_tokens: pt, page_stride };
         // A decode round's launches depend only on its row count and the pool's addresses and page size: a graph replays them.
         let decode = lanes.iter().all(|l| l.tokens.len() == 1);
+        let fuse_rope = decode && self.fuse_rope.load(Ordering::Relaxed);
         if decode && n == t && t <= GRAPH_ROWS && self.graphs_on.load(Ordering::Relaxed) {
             let mut graphs = self.graphs.lock().map_err(|_| "the graph cache is poisoned")?;
-            let graph = match graphs.entry((t, kcache, vcache, pt, self.fuse_rope.load(Ordering::Relaxed))) {
+            let graph = match graphs.entry((t, kcache, vcache, pt, fuse_rope)) {
                 Entry::Occupied(o) => o.into_mut(),
-                Entry::Vacant(v) => v.insert(g.capture(|| self.queue(&cache, t, n, true)).map_err(e)?),
+                Entry::Vacant(v) => v.insert(g.capture(|| self.queue(&cache, t, n, fuse_rope)).map_err(e)?),
             };
             graph.launch().map_err(e)?;
         } else {
-            self.queue(&cache, t, n, decode).map_err(e)?;
+            self.queue(&cache, t, n, fuse_rope).map_err(e)?;
         }
         let vocab = c.vocab_size;
         let out_bytes = &mut bytes[m.end..m.end + 4 * n * vocab];
@@ -447,8 +448,8 @@ impl CudaLlama {
     }
 
     /// Queues the kernels of a round of `t` rows whose tables are uploaded, with logits for `n` of them;
-    /// `decode` says every lane has one token.
-    fn queue(&self, cache: &Caches, t: usize, n: usize, decode: bool) -> Result<(), GpuError> {
+    /// `fuse_rope` (only where every lane has one token) does RoPE and the cache write inside attention.
+    fn queue(&self, cache: &Caches, t: usize, n: usize, fuse_rope: bool) -> Result<(), GpuError> {
         let (c, s, g, m) = (&self.cfg, &self.scratch, &*self.gpu, self.meta);
         let (kcache, vcache, pt, page_stride) = (cache.k, cache.v, cache.page_tokens, cache.page_stride);
         let kv_dim = c.num_kv_heads * c.head_dim;
@@ -500,7 +501,7 @@ impl CudaLlama {
                 splits: SPLIT_BLOCKS,
             };
             // A decode round may fold RoPE and the cache write into the attention kernel (TENSORFOLD_FUSE_ROPE=1).
-            if decode && self.fuse_rope.load(Ordering::Relaxed) {
+            if fuse_rope {
                 g.paged_attention(&attention, Some(&rope)).map_err(e)?;
             } else {
                 g.qkv_rope_store(&rope).map_err(e)?;

@@ -46,6 +46,10 @@ fn config(arch: &str) -> Value {
         "tie_word_embeddings": false
     });
     if arch == "llama" {
+        // One query head per KV head, of the largest size the kernels take.
+        c["num_attention_heads"] = json!(2);
+        c["num_key_value_heads"] = json!(2);
+        c["head_dim"] = json!(128);
         c["rope_scaling"] = json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 64});
     }
@@ -160,11 +164,11 @@ fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
 }
 
 /// Decode rounds replayed from recorded graphs, or with RoPE and the cache write fused into attention, equal the
-/// same rounds launched kernel by kernel.
+/// same rounds launched kernel by kernel (Qwen2 biases, Qwen3 q/k norms, Llama's one query head per KV head).
 #[test]
 fn test_graph_replays_and_fused_rope_equal_direct_launches_over_decode_steps() {
     let Some(dev) = gpu() else { return };
-    for (arch, seed) in [("qwen2", 5), ("qwen3", 6)] {
+    for (arch, seed) in [("qwen2", 5), ("qwen3", 6), ("llama", 7)] {
         let dir = checkpoint(arch, seed);
         let model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 3, context: 128 });
         let prompts: Vec<Vec<u32>> = (0..3).map(|i| tokens(&mut Rng(30 + i), 5 + 3 * i as usize)).collect();
@@ -249,18 +253,22 @@ fn test_a_graph_is_not_replayed_on_a_pool_with_other_values() {
 fn test_a_prompt_prefilled_whole_equals_it_in_chunks_of_1_7_64_512() {
     let Some(dev) = gpu() else { return };
     let dir = checkpoint("qwen3", 3);
-    let model = load(&dev, dir.path(), Sizing { max_tokens: 1024, max_lanes: 4, context: 1100 });
-    let prompt = tokens(&mut Rng(4), 1000);
-    let run = |chunk: usize| {
-        let pool = dev.kv_pool(&model, PAGE_TOKENS, 1100 / PAGE_TOKENS + 1).unwrap();
+    // 2,200 positions: 35 attention splits, more than the 32 blocks a row runs side by side.
+    let len = 2200;
+    let model = load(&dev, dir.path(), Sizing { max_tokens: len, max_lanes: 4, context: len + 100 });
+    let prompt = tokens(&mut Rng(4), len);
+    let run = |chunk: usize, fuse: bool| {
+        model.set_fuse_rope(fuse);
+        let pool = dev.kv_pool(&model, PAGE_TOKENS, (len + 100) / PAGE_TOKENS + 1).unwrap();
         let mut seq = Sequence::with_pool(&model, pool);
         seq.extend(&prompt, chunk, Logits::All)
     };
-    let whole = run(1000);
-    assert_eq!(whole.len(), 1000 * VOCAB);
+    let whole = run(len, false);
+    assert_eq!(whole.len(), len * VOCAB);
     for chunk in [1, 7, 64, 512] {
-        assert!(same_bits(&whole, &run(chunk)), "chunks of {chunk} differ from the whole prompt");
+        assert!(same_bits(&whole, &run(chunk, false)), "chunks of {chunk} differ from the whole prompt");
     }
+    assert!(same_bits(&whole, &run(1, true)), "chunks of 1 with RoPE fused into attention differ");
 }
 
 /// The GPU path, with bf16 activations, stays close to the CPU path in f32 on the same bf16 weights.

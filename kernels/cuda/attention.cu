@@ -226,6 +226,7 @@ extern "C" __global__ void __launch_bounds__(256) paged_attention(
         if (threadIdx.x == 0) ticket = atomicAdd(tickets + row * nkv + kvh, 1u);
         __syncthreads();
         if (ticket != min(gridDim.z, p / ATT_SPLIT + 1) - 1) return;
+        __threadfence();
         if (threadIdx.x == 0) tickets[row * nkv + kvh] = 0;
         const float* base = partial + (u64)(row * nh + h) * nsplit * (d + 2);
         for (u32 s = 0; s * ATT_SPLIT <= p; ++s) {

@@ -164,7 +164,7 @@ __device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w
 #pragma unroll
             for (int j = 0; j < NSUB; ++j) chunk_mma(acc[t][j], lo[t], hi[t], b[j]);
     }
-    // Segment sums are added in segment order, as store_sum adds them.
+    // Segment sums are added in segment order, as sum_segments adds them.
     for (int s = 0; s < segments; ++s) {
         if (warp == s) {
 #pragma unroll
