@@ -23,15 +23,16 @@ if [[ ! -f "$CKPT/config.json" ]]; then
     timeout 180 python3 tools/make_checkpoint.py --shape llama-3.1-8b --out "$CKPT" > "$OUT/checkpoint.log" 2>&1
 fi
 echo "== engine alone at $(elapsed) s"
+# engine SETTING AFTER: decode tok/s of the engine alone under one switch, from AFTER tokens of context.
 engine() {
-    timeout 90 env "$@" .device/tensorfold bench --device cuda --model "$CKPT" --prompt-tokens 512 \
-        --decode-tokens 128 --repeats 2 2>/dev/null | grep decode_tok_s
+    timeout 90 env "$1" .device/tensorfold bench --device cuda --model "$CKPT" --prompt-tokens 512 \
+        --decode-tokens 128 --decode-after "$2" --repeats 2 2>/dev/null | grep decode_tok_s
 }
 for setting in TENSORFOLD_CUDA_GRAPHS=1 TENSORFOLD_CUDA_GRAPHS=0 TENSORFOLD_CUDA_OVERLAP=1 TENSORFOLD_GEMM_MAX_BLOCKS=256 \
     TENSORFOLD_FUSE_ROPE=1; do
-    echo "$setting $(engine "$setting" --decode-after 0)" | tee -a "$OUT/engine.txt"
+    echo "$setting $(engine "$setting" 0)" | tee -a "$OUT/engine.txt"
 done
-echo "default, after 160: $(engine TENSORFOLD_CUDA_GRAPHS=1 --decode-after 160)" | tee -a "$OUT/engine.txt"
+echo "default, after 160: $(engine TENSORFOLD_CUDA_GRAPHS=1 160)" | tee -a "$OUT/engine.txt"
 echo "== server against transformers at $(elapsed) s"
 timeout 300 bash tools/bench_gpu.sh --out "$OUT/bench" --ckpt "$CKPT" --deadline 280 > /dev/null 2>&1
 tail -25 "$OUT/bench/results.md"
