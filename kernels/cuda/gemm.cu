@@ -50,7 +50,7 @@ __device__ __forceinline__ float sum_segments(const float* part, int stride, int
 // P is how many steps ahead the activations load.
 template <bool HI, int R, int P>
 __device__ void gemm_narrow(const bf16* __restrict__ a, const bf16* __restrict__ w, const float* __restrict__ bias,
-                            float* __restrict__ c, bf16* __restrict__ act, int m, int n, int k, int segments, int ahead) {
+                            float* __restrict__ c, bf16* __restrict__ act, int m, int n, int k, int segments) {
     extern __shared__ uint4 ring[];
     __shared__ float part[16][16][9];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -65,13 +65,6 @@ __device__ void gemm_narrow(const bf16* __restrict__ a, const bf16* __restrict__
     for (int i = 0; i < R - 1; ++i) {
         if (live && i < per) copy16_async(slots + i * 32, src + i * 32);
         async_commit();
-    }
-    // With `ahead`, L2 is asked now for the warp's later tiles (4 lines of 128 bytes each), which the ring reads
-    // as it goes: the whole block's weights are requested from the start.
-    if (live && ahead) {
-        const char* tiles = reinterpret_cast<const char*>(w) + ((u64)nb * kbs + kb0) * 512;
-        for (int line = 4 * (R - 1) + lane; line < 4 * per; line += 32)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(tiles + line * 128));
     }
     wait_prior();
     start_next();
@@ -206,15 +199,15 @@ __device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w
 }
 
 // Up to 8 rows: the upper half of each row tile is zero.
-extern "C" __global__ void __launch_bounds__(512, 2) gemm_m8(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments, int ahead) {
-    gemm_narrow<false, GEMM_RING, 4>(a, w, bias, c, act, m, n, k, segments, ahead);
+extern "C" __global__ void __launch_bounds__(512, 2) gemm_m8(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments) {
+    gemm_narrow<false, GEMM_RING, 4>(a, w, bias, c, act, m, n, k, segments);
 }
 
-extern "C" __global__ void __launch_bounds__(512, 2) gemm_m16(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments, int ahead) {
-    gemm_narrow<true, GEMM_RING, 4>(a, w, bias, c, act, m, n, k, segments, ahead);
+extern "C" __global__ void __launch_bounds__(512, 2) gemm_m16(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments) {
+    gemm_narrow<true, GEMM_RING, 4>(a, w, bias, c, act, m, n, k, segments);
 }
 
-extern "C" __global__ void __launch_bounds__(512) gemm_m64(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments, int) {
+extern "C" __global__ void __launch_bounds__(512) gemm_m64(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments) {
     gemm_wide(a, w, bias, c, act, m, n, k, segments);
 }
 

@@ -61,8 +61,6 @@ struct Functions {
     paged_attention: CudaFunction,
     /// Whether launches may overlap the previous kernel's tail (programmatic dependent launch, sm_90 on).
     overlap: bool,
-    /// Whether decode GEMM warps ask L2 for all their weights at the start (`TENSORFOLD_GEMM_L2_AHEAD`, on by default).
-    l2_ahead: bool,
 }
 
 /// Dynamic shared memory of a decode GEMM block: 16 warps with rings of `GEMM_RING` (gemm.cu) 512-byte tiles.
@@ -167,7 +165,6 @@ impl Gpu {
             paged_attention: load("paged_attention")?,
             // TENSORFOLD_CUDA_OVERLAP=1 lets each kernel start while the previous one ends (programmatic launch).
             overlap: major >= 9 && std::env::var_os("TENSORFOLD_CUDA_OVERLAP").is_some_and(|v| v == "1"),
-            l2_ahead: std::env::var_os("TENSORFOLD_GEMM_L2_AHEAD").is_none_or(|v| v != "0"),
         };
         // The decode GEMMs keep their weight rings in dynamic shared memory beyond the default 48 KiB.
         let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
@@ -406,9 +403,8 @@ impl Gpu {
             _ => (&self.f.gemm_m64, (n.div_ceil(32), m.div_ceil(64), 1), 32 * segments as u32, 0),
         };
         let dims = [m, n, k, segments].map(|v| Arg::Int(v as i32));
-        let ahead = Arg::Int(self.f.l2_ahead as i32);
-        let ptrs = [a, w, bias, c, act].map(Arg::Ptr);
-        let args = [ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], dims[0], dims[1], dims[2], dims[3], ahead];
+        let args =
+            [Arg::Ptr(a), Arg::Ptr(w), Arg::Ptr(bias), Arg::Ptr(c), Arg::Ptr(act), dims[0], dims[1], dims[2], dims[3]];
         self.launch(func, grid, threads, smem, &args)
     }
 }
