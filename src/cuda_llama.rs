@@ -457,6 +457,7 @@ impl CudaLlama {
         let at = |off: usize| s.meta + off as u64;
         let (h, f, d) = (c.hidden_size, c.intermediate_size, c.head_dim);
         let (q_dim, width) = (c.num_heads * d, (c.num_heads + 2 * c.num_kv_heads) * d);
+        g.begin_round(t);
         g.embed_rows(self.embed, at(m.tokens), s.x, t, h).map_err(e)?;
         g.rms_norm(s.x, 0, t, self.layers[0].input_norm, s.normed, h, c.rms_eps).map_err(e)?;
         for (li, l) in self.layers.iter().enumerate() {

@@ -1,6 +1,7 @@
 //! The CUDA device: one context and stream, and our kernels compiled by NVRTC at start-up and cached on disk.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub use cudarc;
@@ -82,7 +83,13 @@ pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     f: Functions,
+    /// Whether the round being queued has at most `OVERLAP_ROWS` rows.
+    narrow: AtomicBool,
 }
+
+/// Rounds of at most this many rows overlap their launches: in wider ones a waiting early block would hold the
+/// place of one of the previous kernel's blocks.
+pub const OVERLAP_ROWS: usize = 16;
 
 /// Whether the driver and NVRTC libraries can be loaded; checked before any call that would panic without them.
 pub fn libraries_present() -> Result<(), GpuError> {
@@ -163,8 +170,9 @@ impl Gpu {
             gemm_m64: load("gemm_m64")?,
             qkv_rope_store: load("qkv_rope_store")?,
             paged_attention: load("paged_attention")?,
-            // TENSORFOLD_CUDA_OVERLAP=1 lets each kernel start while the previous one ends (programmatic launch).
-            overlap: major >= 9 && std::env::var_os("TENSORFOLD_CUDA_OVERLAP").is_some_and(|v| v == "1"),
+            // Kernels of narrow rounds start while the previous one ends (programmatic launch) unless
+            // TENSORFOLD_CUDA_OVERLAP=0.
+            overlap: major >= 9 && std::env::var_os("TENSORFOLD_CUDA_OVERLAP").is_none_or(|v| v != "0"),
         };
         // The decode GEMMs keep their weight rings in dynamic shared memory beyond the default 48 KiB.
         let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
@@ -174,7 +182,7 @@ impl Gpu {
         f.paged_attention.set_attribute(attr, attention::ATTENTION_SMEM as i32)?;
         // Graph capture needs a stream of our own, not the legacy default one.
         let stream = ctx.new_stream()?;
-        Ok(Arc::new(Gpu { ctx, stream, f }))
+        Ok(Arc::new(Gpu { ctx, stream, f, narrow: AtomicBool::new(false) }))
     }
 
     pub fn name(&self) -> String {
@@ -260,7 +268,12 @@ impl Gpu {
         graph?.map(Graph).ok_or_else(|| GpuError::Graph("the capture recorded nothing".into()))
     }
 
-    /// Queues `func` on the stream; with `overlap`, it may start while the previous kernel finishes, and waits
+    /// Sets how many rows the launches that follow compute, until the next call.
+    pub fn begin_round(&self, rows: usize) {
+        self.narrow.store(rows <= OVERLAP_ROWS, Ordering::Relaxed);
+    }
+
+    /// Queues `func` on the stream; in a narrow round with `overlap`, it may start while the previous kernel finishes, and waits
     /// for it (griddepcontrol.wait in every kernel) before reading what that kernel wrote.
     fn launch(
         &self,
@@ -293,7 +306,7 @@ impl Gpu {
             sharedMemBytes: smem,
             hStream: self.stream.cu_stream(),
             attrs: &mut attr,
-            numAttrs: self.f.overlap as u32,
+            numAttrs: (self.f.overlap && self.narrow.load(Ordering::Relaxed)) as u32,
         };
         // SAFETY: each slot holds one argument of at most 8 bytes, little-endian, in the kernel's parameter order;
         // callers pass buffers that hold what the kernel reads and writes for this grid.
