@@ -7,16 +7,24 @@ use crate::cuda::GpuError;
 /// Fewest 32-wide chunks in one K segment.
 pub const MIN_SEGMENT_TILES: usize = 16;
 
+/// Decode grids are kept within this many blocks where the segment count allows: one wave of the decode GEMM
+/// (two blocks per SM) on a GPU of 128 SMs or more.
+pub const MAX_DECODE_BLOCKS: usize = 256;
+
 /// K is summed in this many segments, fixed by the weight's shape alone: of 16, 8, 4, 2 and 1, those that split
 /// it into whole 32-wide chunks with at least `MIN_SEGMENT_TILES` each (1 when none does); the most of them
-/// whose decode grid, n / 8 * S / 16 blocks, stays within `TENSORFOLD_GEMM_MAX_BLOCKS` (no limit by default),
-/// else the most.
+/// whose decode grid, n / 8 * S / 16 blocks, stays within `MAX_DECODE_BLOCKS` (`TENSORFOLD_GEMM_MAX_BLOCKS`;
+/// 0 for no limit), else the most.
 pub fn gemm_segments(n: usize, k: usize) -> usize {
     static TUNING: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
     // Tuning knobs; each changes the reduction order of every row of a weight alike.
     let (min_tiles, max_blocks) = *TUNING.get_or_init(|| {
         let var = |name: &str, default| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
-        (var("TENSORFOLD_GEMM_MIN_TILES", MIN_SEGMENT_TILES), var("TENSORFOLD_GEMM_MAX_BLOCKS", usize::MAX))
+        let max_blocks = match var("TENSORFOLD_GEMM_MAX_BLOCKS", MAX_DECODE_BLOCKS) {
+            0 => usize::MAX,
+            n => n,
+        };
+        (var("TENSORFOLD_GEMM_MIN_TILES", MIN_SEGMENT_TILES), max_blocks)
     });
     choose_segments(n, k, min_tiles, max_blocks)
 }
@@ -83,6 +91,7 @@ mod tests {
 
     #[test]
     fn test_segments_depend_on_the_weight_shape() {
+        // A weight this wide fits no bound, so K alone decides.
         let seg = |k| gemm_segments(1 << 20, k);
         assert_eq!([seg(4096), seg(576), seg(1024), seg(32)], [8, 1, 2, 1]);
         assert_eq!([seg(14336), seg(3584), seg(12288)], [16, 4, 16]);
@@ -90,9 +99,10 @@ mod tests {
 
     #[test]
     fn test_a_block_limit_takes_fewer_segments_where_that_fits_the_grid() {
-        let seg = |n, k| choose_segments(n, k, MIN_SEGMENT_TILES, 256);
-        // Llama-3.1-8B: down and qkv fit in 256 blocks with 8 and 4 segments; gate/up fits with none.
-        assert_eq!([seg(4096, 14336), seg(6144, 4096), seg(4096, 4096), seg(57344, 4096)], [8, 4, 8, 8]);
+        let seg = |n, k| choose_segments(n, k, MIN_SEGMENT_TILES, MAX_DECODE_BLOCKS);
+        // Llama-3.1-8B: down, qkv, o and gate/up fit in 256 blocks with 8, 4, 8 and 1 segments; lm_head with none.
+        let llama = [seg(4096, 14336), seg(6144, 4096), seg(4096, 4096), seg(28672, 4096), seg(128256, 4096)];
+        assert_eq!(llama, [8, 4, 8, 1, 8]);
         assert_eq!(choose_segments(4096, 14336, MIN_SEGMENT_TILES, usize::MAX), 16);
     }
 
