@@ -2,7 +2,7 @@
 
 use std::sync::mpsc;
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
@@ -35,7 +35,7 @@ impl EngineRunner {
         let (jobs, inbox) = mpsc::channel::<Job>();
         thread::Builder::new().name("tensorfold-engine".into()).spawn(move || {
             let mut idle_since = Instant::now();
-            for job in inbox {
+            while let Some(job) = next_job(&inbox) {
                 let (idle, started) = (idle_since.elapsed(), Instant::now());
                 // A round that panics drops its reply, which fails its lanes; the thread serves the next one.
                 let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_round(&mut models, job.plan)));
@@ -61,6 +61,23 @@ impl EngineRunner {
         let _ = self.jobs.send(Job { plan, reply });
         output
     }
+}
+
+/// How long the engine thread polls for the next round before it sleeps: the coordinator plans it within tens of
+/// microseconds of the last, sooner than a sleeping thread wakes.
+const POLL: Duration = Duration::from_micros(500);
+
+/// The next job, or `None` once every sender is gone.
+fn next_job(inbox: &mpsc::Receiver<Job>) -> Option<Job> {
+    let until = Instant::now() + POLL;
+    while Instant::now() < until {
+        match inbox.try_recv() {
+            Ok(job) => return Some(job),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
+        }
+    }
+    inbox.recv().ok()
 }
 
 /// Each model's lanes in one batched forward pass, then the round's codec windows.
@@ -137,4 +154,35 @@ fn draw(lane: &PlannedLane, logits: &[f32]) -> Option<Sampled> {
         TokenLogprob { logprob: lp[id as usize], top: order.iter().map(|&i| (i as u32, lp[i])).collect() }
     });
     Some(Sampled { lane_id: lane.lane_id, id, logprob })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> (Job, oneshot::Receiver<RoundOutput>) {
+        let (reply, rx) = oneshot::channel();
+        (Job { plan: RoundPlan::default(), reply }, rx)
+    }
+
+    #[test]
+    fn test_next_job_takes_jobs_while_polling_and_after_sleeping_then_ends_with_the_senders() {
+        let (jobs, inbox) = mpsc::channel();
+        let (first, mut first_rx) = job();
+        jobs.send(first).unwrap();
+        let got = next_job(&inbox).expect("a queued job");
+        assert!(got.reply.send(RoundOutput::default()).is_ok());
+        assert!(first_rx.try_recv().is_ok(), "the queued job came back");
+        // A job sent well after the poll window reaches a sleeping receiver.
+        let (late, mut late_rx) = job();
+        let sender = thread::spawn(move || {
+            thread::sleep(POLL * 20);
+            jobs.send(late).unwrap();
+        });
+        let got = next_job(&inbox).expect("the late job");
+        assert!(got.reply.send(RoundOutput::default()).is_ok());
+        assert!(late_rx.try_recv().is_ok(), "the late job came back");
+        sender.join().unwrap();
+        assert!(next_job(&inbox).is_none(), "no job once the sender is gone");
+    }
 }
