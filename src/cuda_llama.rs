@@ -441,10 +441,12 @@ impl CudaLlama {
         let mut at_row = 0;
         for lane in lanes {
             let k = lane.logits.rows(lane.tokens.len());
-            first.push((at_row, k));
+            first.push((at_row, k, lane.logits));
             at_row += k;
         }
-        Ok(first.into_par_iter().map(|(row, k)| floats[row * vocab..(row + k) * vocab].to_vec()).collect())
+        // A greedy lane's pick is read straight from the staging buffer: its row is never copied.
+        let rows = first.into_par_iter().map(|(row, k, kind)| kind.take(&floats[row * vocab..(row + k) * vocab]));
+        Ok(rows.collect())
     }
 
     /// Queues the kernels of a round of `t` rows whose tables are uploaded, with logits for `n` of them;

@@ -56,7 +56,7 @@ impl<'e> Sequence<'e> {
             let last = end == self.tokens.len();
             let logits = match want {
                 Logits::All => Logits::All,
-                Logits::Last if last => Logits::Last,
+                Logits::Last | Logits::Argmax if last => want,
                 _ => Logits::None,
             };
             let step = LaneStep {

@@ -288,7 +288,7 @@ impl Llama {
             let n = lane.tokens.len();
             let wanted = match lane.logits {
                 Logits::None => start + n..start + n,
-                Logits::Last => start + n - 1..start + n,
+                Logits::Last | Logits::Argmax => start + n - 1..start + n,
                 Logits::All => start..start + n,
             };
             rows.push(wanted);
@@ -303,10 +303,11 @@ impl Llama {
         matmul(&normed, num, self.lm_head.as_ref().unwrap_or(&self.embed), &mut logits);
         let mut at = 0;
         rows.iter()
-            .map(|r| {
+            .zip(lanes)
+            .map(|(r, lane)| {
                 let len = (r.end - r.start) * vocab;
                 at += len;
-                logits[at - len..at].to_vec()
+                lane.logits.take(&logits[at - len..at])
             })
             .collect()
     }

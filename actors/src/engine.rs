@@ -1,6 +1,7 @@
 //! What the runtime needs from an engine: one batched forward pass over a round's lanes.
 
 pub use tensorfold_kernels::attention::{KvLayout, KvPool};
+use tensorfold_kernels::ops::argmax;
 
 /// Which logits a lane wants back from a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -8,6 +9,8 @@ pub enum Logits {
     None,
     Last,
     All,
+    /// The last row's largest logit: one value, its index (the first on ties, as `ops::argmax` picks it), as f32.
+    Argmax,
 }
 
 impl Logits {
@@ -15,8 +18,16 @@ impl Logits {
     pub fn rows(self, tokens: usize) -> usize {
         match self {
             Logits::None => 0,
-            Logits::Last => 1.min(tokens),
+            Logits::Last | Logits::Argmax => 1.min(tokens),
             Logits::All => tokens,
+        }
+    }
+
+    /// A step's computed logits rows as the step asked for them: `Argmax` keeps the index of the largest only.
+    pub fn take(self, rows: &[f32]) -> Vec<f32> {
+        match self {
+            Logits::Argmax if !rows.is_empty() => vec![argmax(rows) as f32],
+            _ => rows.to_vec(),
         }
     }
 }
@@ -67,5 +78,13 @@ mod tests {
     fn test_logits_rows_per_step() {
         assert_eq!([Logits::None.rows(5), Logits::Last.rows(5), Logits::All.rows(5)], [0, 1, 5]);
         assert_eq!([Logits::Last.rows(0), Logits::All.rows(0)], [0, 0]);
+        assert_eq!([Logits::Argmax.rows(5), Logits::Argmax.rows(0)], [1, 0]);
+    }
+
+    #[test]
+    fn test_argmax_keeps_the_first_largest_index() {
+        assert_eq!(Logits::Argmax.take(&[0.5, 2.0, -1.0, 2.0]), vec![1.0]);
+        assert_eq!(Logits::Last.take(&[0.5, 2.0]), vec![0.5, 2.0]);
+        assert_eq!(Logits::Argmax.take(&[]), Vec::<f32>::new());
     }
 }

@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 
 use crate::engine::{Codec, Engine, KvPool, LaneStep, Logits};
 use crate::request_types::TokenLogprob;
-use crate::round::{PlannedLane, RoundOutput, RoundPlan, Sampled};
+use crate::round::{PlannedLane, RoundOutput, RoundPlan, SampleSpec, Sampled};
 use crate::voice::{run_step, Voice};
 
 struct Job {
@@ -95,7 +95,7 @@ fn run_round(models: &mut [ModelSlot], plan: RoundPlan) -> RoundOutput {
                 tokens: &l.tokens,
                 start_pos: l.start_pos,
                 pages: &l.pages,
-                logits: if l.sample.is_some() { Logits::Last } else { Logits::None },
+                logits: l.sample.as_ref().map_or(Logits::None, logits_for),
             })
             .collect();
         let started = Instant::now();
@@ -142,9 +142,20 @@ fn run_round(models: &mut [ModelSlot], plan: RoundPlan) -> RoundOutput {
     RoundOutput { sampled, audio, voices }
 }
 
+/// A greedy lane without log-probabilities needs only the index of its largest logit, which the engine finds.
+fn logits_for(spec: &SampleSpec) -> Logits {
+    match spec.params.is_greedy() && spec.logprobs.is_none() {
+        true => Logits::Argmax,
+        false => Logits::Last,
+    }
+}
+
 fn draw(lane: &PlannedLane, logits: &[f32]) -> Option<Sampled> {
     let spec = lane.sample.as_ref()?;
-    let id = sample(logits, &spec.params, &spec.history, spec.position);
+    let id = match logits_for(spec) {
+        Logits::Argmax => *logits.first()? as u32,
+        _ => sample(logits, &spec.params, &spec.history, spec.position),
+    };
     let logprob = spec.logprobs.map(|n| {
         let lp = log_softmax(logits);
         let mut order: Vec<usize> = (0..lp.len()).collect();

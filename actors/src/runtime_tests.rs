@@ -34,11 +34,16 @@ impl Engine for FakeEngine {
                 let last = *l.tokens.last().unwrap() as u64;
                 match l.logits {
                     Logits::None => Vec::new(),
-                    _ => (0..VOCAB as u64).map(|v| ((last * 31 + pos as u64 * 17 + v * 7) % 23) as f32 * 0.3).collect(),
+                    kind => kind.take(&fake_logits(last, pos as u64)),
                 }
             })
             .collect()
     }
+}
+
+/// Many logits tie, so a greedy pick shows which of them it takes.
+fn fake_logits(last: u64, pos: u64) -> Vec<f32> {
+    (0..VOCAB as u64).map(|v| ((last * 31 + pos * 17 + v * 7) % 23) as f32 * 0.3).collect()
 }
 
 struct Ids;
@@ -110,6 +115,25 @@ async fn test_concurrent_equals_solo() {
     let together = futures_util::future::join_all(receivers.into_iter().map(|r| collect(r.unwrap()))).await;
     assert_eq!(solo, together);
     assert!(solo.iter().all(|(t, f)| !t.is_empty() && f.is_some()));
+    settle(&rt).await;
+}
+
+#[actix::test]
+async fn test_a_greedy_lane_takes_the_first_largest_logit_at_each_step() {
+    let rt = start(4, 64, 64).await;
+    let req = request(2);
+    assert!(req.sampling.is_greedy());
+    let (mut tokens, max_tokens) = (req.prompt.clone(), req.max_tokens);
+    let (text, _) = collect(rt.submit(req).await.unwrap()).await;
+    let mut want = String::new();
+    for _ in 0..max_tokens {
+        let logits = fake_logits(*tokens.last().unwrap() as u64, tokens.len() as u64 - 1);
+        let best = logits.iter().copied().fold(f32::MIN, f32::max);
+        let id = logits.iter().position(|&v| v == best).unwrap() as u32;
+        want.push_str(&format!("<{id}>"));
+        tokens.push(id);
+    }
+    assert_eq!(text, want);
     settle(&rt).await;
 }
 

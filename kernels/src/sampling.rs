@@ -19,6 +19,11 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
+    /// Whether `sample` takes the largest logit: no penalty changes the logits, and no draw is made.
+    pub fn is_greedy(&self) -> bool {
+        self.repetition_penalty == 1.0 && (self.temperature == 0.0 || self.top_k == 1)
+    }
+
     /// Checks ranges; the message names the offending field.
     pub fn validate(&self) -> Result<(), String> {
         let p = self;
@@ -136,6 +141,22 @@ mod tests {
     #[test]
     fn test_greedy_takes_the_first_maximum() {
         assert_eq!(sample(&[0.1, 3.0, 3.0, -1.0], &params(0.0), &[], 0), 1);
+    }
+
+    #[test]
+    fn test_is_greedy_exactly_where_sample_takes_the_largest_logit() {
+        let logits = [0.1, 0.7, 0.7, -0.2, 0.5];
+        let top1 = SamplingParams { top_k: 1, ..params(1.0) };
+        let penalised = SamplingParams { repetition_penalty: 2.0, ..params(0.0) };
+        assert_eq!(
+            [params(0.0).is_greedy(), top1.is_greedy(), params(0.8).is_greedy(), penalised.is_greedy()],
+            [true, true, false, false]
+        );
+        for p in [params(0.0), top1] {
+            assert_eq!(sample(&logits, &p, &[1], 3), crate::ops::argmax(&logits) as u32);
+        }
+        // A penalty on a seen token can move the pick away from the largest raw logit.
+        assert_eq!(sample(&logits, &penalised, &[1], 3), 2);
     }
 
     #[test]
