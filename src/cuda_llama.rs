@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use half::bf16;
 use rayon::prelude::*;
 use tensorfold_actors::device::Allocation;
-use tensorfold_actors::engine::{Engine, KvLayout, KvPool, LaneStep};
+use tensorfold_actors::engine::{Engine, KvLayout, KvPool, LaneStep, Logits};
 use tensorfold_actors::ledger::{LedgerError, MemoryKind};
 use tensorfold_kernels::cuda::{
     gate_up_order, pack_weight, AttentionArgs, DevPtr, Gpu, GpuError, Graph, QkvArgs, ATTENTION_SPLIT, MAX_GROUP,
@@ -57,6 +57,8 @@ struct Scratch {
     gate_up: DevPtr,
     act: DevPtr,
     logits: DevPtr,
+    /// Greedy picks, one id per logits row.
+    picks: DevPtr,
     meta: DevPtr,
     /// Attention split states of rounds of up to `SPLIT_ROWS` rows.
     partial: DevPtr,
@@ -122,6 +124,8 @@ pub struct CudaLlama {
     graphs_on: AtomicBool,
     /// Whether decode rounds do RoPE and the cache write inside the attention kernel; the bits are the same.
     fuse_rope: AtomicBool,
+    /// Whether rounds of greedy picks only find them on the GPU (`TENSORFOLD_GPU_ARGMAX=1`; off until measured).
+    gpu_argmax: AtomicBool,
     weight_bytes: usize,
     activation_bytes: usize,
     /// Every allocation the model holds, returned to the ledger when it drops.
@@ -289,12 +293,13 @@ impl CudaLlama {
             2 * t * f,
             4 * t * c.vocab_size,
             meta.end,
+            4 * t,
         ];
-        let mut ptrs = [0; 9];
+        let mut ptrs = [0; 10];
         for (p, &bytes) in ptrs.iter_mut().zip(&sizes) {
             *p = up.buffer(act, bytes)?;
         }
-        let [x, normed, qkv, attn, proj, gate_up, act_buf, logits, meta_ptr] = ptrs;
+        let [x, normed, qkv, attn, proj, gate_up, act_buf, logits, meta_ptr, picks] = ptrs;
         let state_bytes = SPLIT_ROWS.min(t) * c.num_heads * (c.head_dim + 2) * 4;
         let nsplit = sizing.context.div_ceil(ATTENTION_SPLIT).min(PARTIAL_BYTES / state_bytes).max(1);
         let partial = up.buffer(act, nsplit * state_bytes)?;
@@ -310,6 +315,7 @@ impl CudaLlama {
             gate_up,
             act: act_buf,
             logits,
+            picks,
             meta: meta_ptr,
             partial,
             tickets,
@@ -334,6 +340,7 @@ impl CudaLlama {
             graphs: Mutex::new(HashMap::new()),
             graphs_on: AtomicBool::new(std::env::var_os("TENSORFOLD_CUDA_GRAPHS").is_none_or(|v| v != "0")),
             fuse_rope: AtomicBool::new(std::env::var_os("TENSORFOLD_FUSE_ROPE").is_some_and(|v| v == "1")),
+            gpu_argmax: AtomicBool::new(std::env::var_os("TENSORFOLD_GPU_ARGMAX").is_some_and(|v| v == "1")),
             weight_bytes,
             activation_bytes,
             _held: up.held,
@@ -366,6 +373,11 @@ impl CudaLlama {
     /// Whether decode rounds do RoPE and the cache write inside the attention kernel (off by default).
     pub fn set_fuse_rope(&self, on: bool) {
         self.fuse_rope.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether rounds of greedy picks only find them on the GPU (off by default).
+    pub fn set_gpu_argmax(&self, on: bool) {
+        self.gpu_argmax.store(on, Ordering::Relaxed);
     }
 
     /// Runs the round; `Err` for a device fault.
@@ -431,12 +443,19 @@ impl CudaLlama {
             self.queue(&cache, t, n, fuse_rope).map_err(e)?;
         }
         let vocab = c.vocab_size;
-        let out_bytes = &mut bytes[m.end..m.end + 4 * n * vocab];
-        // SAFETY: the logits buffer holds n rows of the vocabulary; the staging stays locked until the sync.
-        unsafe { g.download_async(out_bytes, s.logits).map_err(e)? };
+        // A round whose every logits row is a greedy pick can bring back the ids alone.
+        let picks = self.gpu_argmax.load(Ordering::Relaxed)
+            && lanes.iter().all(|l| matches!(l.logits, Logits::None | Logits::Argmax));
+        let (width, from) = if picks { (1, s.picks) } else { (vocab, s.logits) };
+        if picks && n > 0 {
+            g.argmax_rows(s.logits, n, vocab, s.picks).map_err(e)?;
+        }
+        let out_bytes = &mut bytes[m.end..m.end + 4 * n * width];
+        // SAFETY: the buffer holds n rows of `width`; the staging stays locked until the sync.
+        unsafe { g.download_async(out_bytes, from).map_err(e)? };
         g.sync().map_err(e)?;
-        // Pinned memory is page-aligned and the logits start at a 256-byte offset, so it reads as floats.
-        let floats = &staging.as_f32()[m.end / 4..m.end / 4 + n * vocab];
+        // Pinned memory is page-aligned and the rows start at a 256-byte offset, so it reads as floats.
+        let floats = &staging.as_f32()[m.end / 4..m.end / 4 + n * width];
         let mut first = Vec::with_capacity(lanes.len());
         let mut at_row = 0;
         for lane in lanes {
@@ -445,7 +464,10 @@ impl CudaLlama {
             at_row += k;
         }
         // A greedy lane's pick is read straight from the staging buffer: its row is never copied.
-        let rows = first.into_par_iter().map(|(row, k, kind)| kind.take(&floats[row * vocab..(row + k) * vocab]));
+        let rows = first.into_par_iter().map(|(row, k, kind)| match picks {
+            true => floats[row..row + k].iter().map(|id| id.to_bits() as f32).collect(),
+            false => kind.take(&floats[row * vocab..(row + k) * vocab]),
+        });
         Ok(rows.collect())
     }
 

@@ -249,6 +249,75 @@ fn test_a_graph_is_not_replayed_on_a_pool_with_other_values() {
     assert!(same_bits(&direct, &run(&mut second, &b, true)), "a graph recorded on another pool was replayed");
 }
 
+/// The GPU's greedy pick of a row is the index `ops::argmax` takes: the first on ties, never a NaN, 0 after a
+/// leading NaN; -0 and +0 tie.
+#[test]
+fn test_gpu_argmax_picks_as_the_host_does() {
+    let Some(dev) = gpu() else { return };
+    let vocab = 5000;
+    let mut rng = Rng(50);
+    let mut rows: Vec<Vec<f32>> = (0..6).map(|_| (0..vocab).map(|_| (rng.next() % 7) as f32 - 3.0).collect()).collect();
+    rows[1][0] = f32::NAN;
+    rows[2][10] = f32::NAN;
+    rows[2][4000] = 9.0;
+    rows[2][4500] = 9.0;
+    rows[3].fill(f32::NEG_INFINITY);
+    rows[4].fill(f32::NAN);
+    rows[5].fill(-1.0);
+    rows[5][300] = 0.0;
+    rows[5][200] = -0.0;
+    let flat: Vec<f32> = rows.concat();
+    let g = &dev.gpu;
+    let (logits, picks) = (g.malloc(4 * flat.len(), false).unwrap(), g.malloc(4 * rows.len(), false).unwrap());
+    g.upload(logits, &flat).unwrap();
+    g.argmax_rows(logits, rows.len(), vocab, picks).unwrap();
+    let mut got = vec![0u32; rows.len()];
+    // SAFETY: `picks` holds one u32 per row; `got` stays alive until the sync.
+    unsafe { g.download_async(&mut got, picks).unwrap() };
+    g.sync().unwrap();
+    g.free(logits, false);
+    g.free(picks, false);
+    let want: Vec<u32> = rows.iter().map(|r| tensorfold_kernels::ops::argmax(r) as u32).collect();
+    assert_eq!(got, want);
+    assert_eq!(&want[1..], &[0, 4000, 0, 0, 200]);
+}
+
+/// Greedy decode rounds that bring back only the picks equal the argmax of the full logits, graphed and not.
+#[test]
+fn test_greedy_rounds_with_picks_on_the_gpu_equal_the_host_argmax() {
+    let Some(dev) = gpu() else { return };
+    let dir = checkpoint("llama", 8);
+    let model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 3, context: 128 });
+    let prompts: Vec<Vec<u32>> = (0..3).map(|i| tokens(&mut Rng(60 + i), 4 + 5 * i as usize)).collect();
+    let run = |on_gpu: bool, kind: Logits| {
+        model.set_gpu_argmax(on_gpu);
+        let mut pool = dev.kv_pool(&model, PAGE_TOKENS, 24).unwrap();
+        let pages: Vec<Vec<u32>> = (0..3).map(|i| (8 * i..8 * i + 8).collect()).collect();
+        let mut seqs = prompts.clone();
+        for step in 0..12 {
+            let lanes: Vec<LaneStep> = seqs
+                .iter()
+                .zip(&pages)
+                .map(|(s, p)| {
+                    let start = if step == 0 { 0 } else { s.len() - 1 };
+                    LaneStep { tokens: &s[start..], start_pos: start, pages: p, logits: kind }
+                })
+                .collect();
+            let out = model.forward(&mut pool, &lanes);
+            for (s, l) in seqs.iter_mut().zip(&out) {
+                s.push(match kind {
+                    Logits::Argmax => l[0] as u32,
+                    _ => tensorfold_kernels::ops::argmax(l) as u32,
+                });
+            }
+        }
+        seqs
+    };
+    let host = run(false, Logits::Last);
+    assert_eq!(run(false, Logits::Argmax), host, "picks from the staging buffer");
+    assert_eq!(run(true, Logits::Argmax), host, "picks on the GPU");
+}
+
 #[test]
 fn test_a_prompt_prefilled_whole_equals_it_in_chunks_of_1_7_64_512() {
     let Some(dev) = gpu() else { return };

@@ -18,11 +18,12 @@ pub use attention::{AttentionArgs, QkvArgs, ATTENTION_SPLIT};
 pub type DevPtr = u64;
 
 /// The kernel sources, one file per family of operations, compiled together as one module.
-pub const SOURCES: [(&str, &str); 4] = [
+pub const SOURCES: [(&str, &str); 5] = [
     ("prelude.cu", include_str!("../cuda/prelude.cu")),
     ("norm.cu", include_str!("../cuda/norm.cu")),
     ("gemm.cu", include_str!("../cuda/gemm.cu")),
     ("attention.cu", include_str!("../cuda/attention.cu")),
+    ("sampling.cu", include_str!("../cuda/sampling.cu")),
 ];
 
 /// Largest head size the attention kernels take; head sizes must also be multiples of 32.
@@ -60,6 +61,7 @@ struct Functions {
     gemm_m64: CudaFunction,
     qkv_rope_store: CudaFunction,
     paged_attention: CudaFunction,
+    argmax_rows: CudaFunction,
     /// Whether launches may overlap the previous kernel's tail (programmatic dependent launch, sm_90 on).
     overlap: bool,
 }
@@ -170,6 +172,7 @@ impl Gpu {
             gemm_m64: load("gemm_m64")?,
             qkv_rope_store: load("qkv_rope_store")?,
             paged_attention: load("paged_attention")?,
+            argmax_rows: load("argmax_rows")?,
             // Kernels of narrow rounds start while the previous one ends (programmatic launch) unless
             // TENSORFOLD_CUDA_OVERLAP=0.
             overlap: major >= 9 && std::env::var_os("TENSORFOLD_CUDA_OVERLAP").is_none_or(|v| v != "0"),
@@ -353,6 +356,14 @@ impl Gpu {
         self.launch(&self.f.add_rms_norm, (n, 1, 1), NORM_THREADS, 0, &args)
     }
 
+    /// out[r] = the index of the largest of row r's `vocab` logits, as `ops::argmax` picks it, for `n` rows.
+    pub fn argmax_rows(&self, logits: DevPtr, n: usize, vocab: usize, out: DevPtr) -> Result<(), GpuError> {
+        // After a graph, a launch waits for the whole of it.
+        self.narrow.store(false, Ordering::Relaxed);
+        let args = [Arg::Ptr(logits), Arg::Int(vocab as i32), Arg::Ptr(out)];
+        self.launch(&self.f.argmax_rows, (n, 1, 1), 1024, 0, &args)
+    }
+
     /// x += delta over `n` rows of width `h`.
     pub fn add_rows(&self, x: DevPtr, delta: DevPtr, n: usize, h: usize) -> Result<(), GpuError> {
         self.launch(&self.f.add_rows, (n, 1, 1), 256, 0, &[Arg::Ptr(x), Arg::Ptr(delta), Arg::Int(h as i32)])
@@ -430,8 +441,13 @@ mod tests {
     fn test_kernels_launched_with_more_than_256_threads_declare_that_bound() {
         // Without the bound the compiler may use more registers than such a block can have, and the launch fails.
         let src = source();
-        let launched =
-            [("rms_norm", NORM_THREADS), ("add_rms_norm", NORM_THREADS), ("gemm_m8", 512), ("gemm_m16", 512)];
+        let launched = [
+            ("rms_norm", NORM_THREADS),
+            ("add_rms_norm", NORM_THREADS),
+            ("gemm_m8", 512),
+            ("gemm_m16", 512),
+            ("argmax_rows", 1024),
+        ];
         for (name, threads) in launched {
             let bound = format!("__launch_bounds__({threads}");
             let declared = src.lines().any(|l| l.contains(&format!(" {name}(")) && l.contains(&bound));
