@@ -124,7 +124,7 @@ pub struct CudaLlama {
     graphs_on: AtomicBool,
     /// Whether decode rounds do RoPE and the cache write inside the attention kernel; the bits are the same.
     fuse_rope: AtomicBool,
-    /// Whether rounds of greedy picks only find them on the GPU (`TENSORFOLD_GPU_ARGMAX=1`; off until measured).
+    /// Whether rounds of greedy picks only find them on the GPU (`TENSORFOLD_GPU_ARGMAX=0` turns it off).
     gpu_argmax: AtomicBool,
     weight_bytes: usize,
     activation_bytes: usize,
@@ -340,7 +340,7 @@ impl CudaLlama {
             graphs: Mutex::new(HashMap::new()),
             graphs_on: AtomicBool::new(std::env::var_os("TENSORFOLD_CUDA_GRAPHS").is_none_or(|v| v != "0")),
             fuse_rope: AtomicBool::new(std::env::var_os("TENSORFOLD_FUSE_ROPE").is_some_and(|v| v == "1")),
-            gpu_argmax: AtomicBool::new(std::env::var_os("TENSORFOLD_GPU_ARGMAX").is_some_and(|v| v == "1")),
+            gpu_argmax: AtomicBool::new(std::env::var_os("TENSORFOLD_GPU_ARGMAX").is_none_or(|v| v != "0")),
             weight_bytes,
             activation_bytes,
             _held: up.held,
@@ -375,7 +375,7 @@ impl CudaLlama {
         self.fuse_rope.store(on, Ordering::Relaxed);
     }
 
-    /// Whether rounds of greedy picks only find them on the GPU (off by default).
+    /// Whether rounds of greedy picks only find them on the GPU (on by default).
     pub fn set_gpu_argmax(&self, on: bool) {
         self.gpu_argmax.store(on, Ordering::Relaxed);
     }

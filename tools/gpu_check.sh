@@ -2,8 +2,10 @@
 # The GPU checks in one run: the CUDA test binary, then greedy agreement with transformers on a seeded checkpoint.
 #
 # Usage: bash tools/gpu_check.sh [--shape llama-3.1-8b] [--layers N] [--binary .device/tensorfold]
-#                                [--tests .device/cuda-tests] [--out DIR] [--work DIR]
+#                                [--tests .device/cuda-tests] [--out DIR] [--work DIR] [--gguf FILE] [--no-tests]
 # Build first (here, with cargo): the release binary, and `cargo test --release --test cuda --no-run`'s binary.
+# --gguf FILE checks a trained GGUF model (e.g. the default model) on chat prompts instead of a seeded checkpoint;
+# transformers reads it with the `gguf` package.
 # Writes OUT/tests.txt, OUT/agreement.json and OUT/agreement.md (the comparison against bf16 and f32 references).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +16,8 @@ BINARY=".device/tensorfold"
 TESTS=".device/cuda-tests"
 OUT_DIR="${OUT:-./gpu-check-out}"
 WORK="${TMPDIR:-/tmp}/tensorfold-check"
+GGUF=""
+RUN_TESTS=1
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --shape) SHAPE="$2"; shift 2 ;;
@@ -22,7 +26,9 @@ while [[ $# -gt 0 ]]; do
         --tests) TESTS="$2"; shift 2 ;;
         --out) OUT_DIR="$2"; shift 2 ;;
         --work) WORK="$2"; shift 2 ;;
-        -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+        --gguf) GGUF="$2"; shift 2 ;;
+        --no-tests) RUN_TESTS=0; shift ;;
+        -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -31,15 +37,22 @@ export TF_CACHE_DIR="${TF_CACHE_DIR:-$WORK/cache}"
 PY="${PYTHON:-python3}"
 status=0
 
-echo "== CUDA tests"
-"$TESTS" --test-threads 1 2>&1 | tee "$OUT_DIR/tests.txt" || status=1
-
-CKPT="$WORK/${SHAPE}${LAYERS:+-l$LAYERS}"
-echo "== checkpoint $CKPT"
-if [[ ! -f "$CKPT/config.json" ]]; then
-    "$PY" tools/make_checkpoint.py --shape "$SHAPE" ${LAYERS:+--layers "$LAYERS"} --out "$CKPT" || exit 1
+if [[ $RUN_TESTS == 1 ]]; then
+    echo "== CUDA tests"
+    "$TESTS" --test-threads 1 2>&1 | tee "$OUT_DIR/tests.txt" || status=1
 fi
-"$PY" tools/gpu_reference.py prompts --model "$CKPT" --seed 0 --out "$WORK/prompts.json" || exit 1
+
+if [[ -n "$GGUF" ]]; then
+    CKPT="$GGUF"
+    "$PY" tools/gpu_reference.py prompts --texts --model "$CKPT" --out "$WORK/prompts.json" || exit 1
+else
+    CKPT="$WORK/${SHAPE}${LAYERS:+-l$LAYERS}"
+    echo "== checkpoint $CKPT"
+    if [[ ! -f "$CKPT/config.json" ]]; then
+        "$PY" tools/make_checkpoint.py --shape "$SHAPE" ${LAYERS:+--layers "$LAYERS"} --out "$CKPT" || exit 1
+    fi
+    "$PY" tools/gpu_reference.py prompts --model "$CKPT" --seed 0 --out "$WORK/prompts.json" || exit 1
+fi
 echo "== ours"
 "$BINARY" logits --model "$CKPT" --device cuda --prompts "$WORK/prompts.json" --out "$WORK/ours" 2>&1 | tail -5 || status=1
 for dtype in bfloat16 float32; do

@@ -2,13 +2,15 @@
 """Greedy-decoding references from transformers, and their comparison with our binary's output.
 
     gpu_reference.py prompts   --vocab V --seed S --out prompts.json [--model DIR] [--steps 32]
+    gpu_reference.py prompts   --texts --model MODEL.gguf --out prompts.json   (chat prompts for a trained model)
     gpu_reference.py reference --model DIR --prompts prompts.json --out REF_DIR [--dtype bfloat16|float32]
     gpu_reference.py compare   --ours OURS_DIR --ref REF_DIR [--ref2 REF2_DIR] --out summary.json
 
 A run directory holds `tokens.json` ({"tokens": [[generated ids] per prompt]}) and its logits: either
 `logits.f32` (raw little-endian float32, [prompts, steps, vocab], as our binary writes it) or one
 `logits_NN.npy` per prompt ([steps, vocab] float32, as `reference` writes it). Logits row k is the
-one the k-th generated token was picked from.
+one the k-th generated token was picked from. A `--model` that names a `.gguf` file is read by
+transformers' GGUF loader (dequantized, then cast to --dtype), which needs the `gguf` package.
 """
 
 import argparse
@@ -25,6 +27,25 @@ PROMPT_LENGTHS = [1, 5, 17, 32, 64, 100, 128, 200]
 DEFAULT_STEPS = 32
 # Random prompt ids stay below this, where every shape has ordinary tokens.
 ID_CEILING = 32000
+# Chat prompts for a trained model, whose greedy choices have real margins.
+TEXTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain what a hash table is in two sentences.",
+    "List three prime numbers greater than 100.",
+    "Translate 'good morning' into Spanish and German.",
+    "Give me a recipe for pancakes.",
+    "Why is the sky blue?",
+    "Describe the water cycle for a ten-year-old.",
+]
+
+
+def pretrained_args(model):
+    """from_pretrained's path and keywords: a .gguf file loads through transformers' GGUF reader."""
+    path = pathlib.Path(model)
+    if path.suffix == ".gguf":
+        return str(path.parent), {"gguf_file": path.name}
+    return str(path), {}
 
 
 def special_ids(model_dir):
@@ -47,7 +68,25 @@ def config_vocab(model_dir):
     return json.loads((pathlib.Path(model_dir) / "config.json").read_text())["vocab_size"]
 
 
+def text_prompts(model):
+    from transformers import AutoTokenizer
+
+    where, extra = pretrained_args(model)
+    tok = AutoTokenizer.from_pretrained(where, **extra)
+    chats = [[{"role": "user", "content": text}] for text in TEXTS]
+    texts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats]
+    return [tok.encode(t, add_special_tokens=False) for t in texts], len(tok)
+
+
 def cmd_prompts(args):
+    if args.texts:
+        if not args.model:
+            raise SystemExit("--texts needs --model, whose tokenizer and chat template make the prompts")
+        prompts, vocab = text_prompts(args.model)
+        body = {"prompts": prompts, "steps": args.steps, "vocab_size": vocab, "texts": TEXTS}
+        pathlib.Path(args.out).write_text(json.dumps(body) + "\n")
+        print(f"wrote {len(prompts)} chat prompts of {[len(p) for p in prompts]} ids to {args.out}")
+        return
     vocab = args.vocab if args.vocab is not None else config_vocab(args.model)
     avoid = special_ids(args.model)
     pool = [i for i in range(min(vocab, ID_CEILING)) if i not in avoid]
@@ -63,13 +102,14 @@ def load_model(model_dir, dtype_name, attn, device):
     from transformers import AutoModelForCausalLM
 
     dtype = getattr(torch, dtype_name)
-    kwargs = dict(dtype=dtype, attn_implementation=attn)
+    where, extra = pretrained_args(model_dir)
+    kwargs = dict(dtype=dtype, attn_implementation=attn, **extra)
     try:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, device_map=device, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(where, device_map=device, **kwargs)
     except (ImportError, ValueError, RuntimeError) as e:
         # Without accelerate, device_map is refused: load on the CPU, then move.
         print(f"device_map={device} refused ({type(e).__name__}); loading on cpu then moving", file=sys.stderr)
-        model = AutoModelForCausalLM.from_pretrained(model_dir, **kwargs).to(device)
+        model = AutoModelForCausalLM.from_pretrained(where, **kwargs).to(device)
     return model.eval()
 
 
@@ -281,6 +321,7 @@ def main():
     p.add_argument("--model", help="checkpoint whose special ids the prompts avoid")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    p.add_argument("--texts", action="store_true", help="chat prompts from fixed texts, tokenized by --model")
     p.add_argument("--out", required=True)
     p.set_defaults(run=cmd_prompts)
 
