@@ -10,8 +10,7 @@ use tensorfold_actors::device::Allocation;
 use tensorfold_actors::engine::{Engine, KvLayout, KvPool, LaneStep, Logits};
 use tensorfold_actors::ledger::{LedgerError, MemoryKind};
 use tensorfold_kernels::cuda::{
-    gate_up_order, pack_weight, AttentionArgs, DevPtr, Gpu, GpuError, Graph, QkvArgs, ATTENTION_SPLIT, MAX_GROUP,
-    MAX_HEAD_DIM,
+    gate_up_order, pack_weight, DevPtr, Gpu, GpuError, Graph, ATTENTION_SPLIT, MAX_GROUP, MAX_HEAD_DIM,
 };
 use tensorfold_kernels::Weight;
 
@@ -19,6 +18,9 @@ use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::error::LoadError;
 use crate::llama::{rope_inv_freq, Loader};
+
+#[path = "cuda_queue.rs"]
+mod queue;
 
 /// Allocates memory of a kind through the runtime's ledger.
 pub type Alloc<'a> = dyn FnMut(MemoryKind, usize) -> Result<Allocation, LedgerError> + 'a;
@@ -50,6 +52,8 @@ struct GpuLayer {
 /// One round's device buffers.
 struct Scratch {
     x: DevPtr,
+    /// The residual stream's second buffer, for rounds that fold the norms (up to 8 rows).
+    x_spare: DevPtr,
     normed: DevPtr,
     qkv: DevPtr,
     attn: DevPtr,
@@ -120,10 +124,12 @@ pub struct CudaLlama {
     staging: Mutex<Allocation>,
     /// Recorded decode rounds by row count, the KV pool's keys, values and page size, and RoPE fusion; taken
     /// after `staging`.
-    graphs: Mutex<HashMap<(usize, DevPtr, DevPtr, usize, bool), Graph>>,
+    graphs: Mutex<HashMap<(usize, DevPtr, DevPtr, usize, bool, bool), Graph>>,
     graphs_on: AtomicBool,
     /// Whether decode rounds do RoPE and the cache write inside the attention kernel; the bits are the same.
     fuse_rope: AtomicBool,
+    /// Whether rounds of few rows fold each norm into the GEMM that reads it; the bits are the same.
+    fold_norms: AtomicBool,
     /// Whether rounds of greedy picks only find them on the GPU (`TENSORFOLD_GPU_ARGMAX=0` turns it off).
     gpu_argmax: AtomicBool,
     weight_bytes: usize,
@@ -294,12 +300,13 @@ impl CudaLlama {
             4 * t * c.vocab_size,
             meta.end,
             4 * t,
+            4 * t.min(8) * h,
         ];
-        let mut ptrs = [0; 10];
+        let mut ptrs = [0; 11];
         for (p, &bytes) in ptrs.iter_mut().zip(&sizes) {
             *p = up.buffer(act, bytes)?;
         }
-        let [x, normed, qkv, attn, proj, gate_up, act_buf, logits, meta_ptr, picks] = ptrs;
+        let [x, normed, qkv, attn, proj, gate_up, act_buf, logits, meta_ptr, picks, x_spare] = ptrs;
         let state_bytes = SPLIT_ROWS.min(t) * c.num_heads * (c.head_dim + 2) * 4;
         let nsplit = sizing.context.div_ceil(ATTENTION_SPLIT).min(PARTIAL_BYTES / state_bytes).max(1);
         let partial = up.buffer(act, nsplit * state_bytes)?;
@@ -308,6 +315,7 @@ impl CudaLlama {
         shared.upload(tickets, &zeros).map_err(gpu_err)?;
         let scratch = Scratch {
             x,
+            x_spare,
             normed,
             qkv,
             attn,
@@ -340,6 +348,7 @@ impl CudaLlama {
             graphs: Mutex::new(HashMap::new()),
             graphs_on: AtomicBool::new(std::env::var_os("TENSORFOLD_CUDA_GRAPHS").is_none_or(|v| v != "0")),
             fuse_rope: AtomicBool::new(std::env::var_os("TENSORFOLD_FUSE_ROPE").is_some_and(|v| v == "1")),
+            fold_norms: AtomicBool::new(std::env::var_os("TENSORFOLD_FOLD_NORMS").is_none_or(|v| v != "0")),
             gpu_argmax: AtomicBool::new(std::env::var_os("TENSORFOLD_GPU_ARGMAX").is_none_or(|v| v != "0")),
             weight_bytes,
             activation_bytes,
@@ -373,6 +382,11 @@ impl CudaLlama {
     /// Whether decode rounds do RoPE and the cache write inside the attention kernel (off by default).
     pub fn set_fuse_rope(&self, on: bool) {
         self.fuse_rope.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether rounds of few rows fold the norms into the GEMMs (on by default; `TENSORFOLD_FOLD_NORMS=0`).
+    pub fn set_fold_norms(&self, on: bool) {
+        self.fold_norms.store(on, Ordering::Relaxed);
     }
 
     /// Whether rounds of greedy picks only find them on the GPU (on by default).
@@ -432,15 +446,16 @@ impl CudaLlama {
         // A decode round's launches depend only on its row count and the pool's addresses and page size: a graph replays them.
         let decode = lanes.iter().all(|l| l.tokens.len() == 1);
         let fuse_rope = decode && self.fuse_rope.load(Ordering::Relaxed);
+        let fold = self.fold_norms.load(Ordering::Relaxed);
         if decode && n == t && t <= GRAPH_ROWS && self.graphs_on.load(Ordering::Relaxed) {
             let mut graphs = self.graphs.lock().map_err(|_| "the graph cache is poisoned")?;
-            let graph = match graphs.entry((t, kcache, vcache, pt, fuse_rope)) {
+            let graph = match graphs.entry((t, kcache, vcache, pt, fuse_rope, fold)) {
                 Entry::Occupied(o) => o.into_mut(),
-                Entry::Vacant(v) => v.insert(g.capture(|| self.queue(&cache, t, n, fuse_rope)).map_err(e)?),
+                Entry::Vacant(v) => v.insert(g.capture(|| self.queue(&cache, t, n, fuse_rope, fold)).map_err(e)?),
             };
             graph.launch().map_err(e)?;
         } else {
-            self.queue(&cache, t, n, fuse_rope).map_err(e)?;
+            self.queue(&cache, t, n, fuse_rope, fold).map_err(e)?;
         }
         let vocab = c.vocab_size;
         // A round whose every logits row is a greedy pick can bring back the ids alone.
@@ -469,88 +484,6 @@ impl CudaLlama {
             false => kind.take(&floats[row * vocab..(row + k) * vocab]),
         });
         Ok(rows.collect())
-    }
-
-    /// Queues the kernels of a round of `t` rows whose tables are uploaded, with logits for `n` of them;
-    /// `fuse_rope` (only where every lane has one token) does RoPE and the cache write inside attention.
-    fn queue(&self, cache: &Caches, t: usize, n: usize, fuse_rope: bool) -> Result<(), GpuError> {
-        let (c, s, g, m) = (&self.cfg, &self.scratch, &*self.gpu, self.meta);
-        let (kcache, vcache, pt, page_stride) = (cache.k, cache.v, cache.page_tokens, cache.page_stride);
-        let kv_dim = c.num_kv_heads * c.head_dim;
-        let e = |e: GpuError| e;
-        let at = |off: usize| s.meta + off as u64;
-        let (h, f, d) = (c.hidden_size, c.intermediate_size, c.head_dim);
-        let (q_dim, width) = (c.num_heads * d, (c.num_heads + 2 * c.num_kv_heads) * d);
-        g.begin_round(t);
-        g.embed_rows(self.embed, at(m.tokens), s.x, t, h).map_err(e)?;
-        g.rms_norm(s.x, 0, t, self.layers[0].input_norm, s.normed, h, c.rms_eps).map_err(e)?;
-        for (li, l) in self.layers.iter().enumerate() {
-            let layer_off = (li * pt * kv_dim) as u64;
-            g.gemm(s.normed, l.qkv, l.qkv_bias, s.qkv, t, width, h).map_err(e)?;
-            let rope = QkvArgs {
-                qkv: s.qkv,
-                pos: at(m.pos),
-                kv_off: at(m.kv_off),
-                inv_freq: self.inv_freq,
-                q_norm: l.q_norm,
-                k_norm: l.k_norm,
-                eps: c.rms_eps,
-                kcache,
-                vcache,
-                layer_off,
-                rows: t,
-                num_heads: c.num_heads,
-                num_kv_heads: c.num_kv_heads,
-                head_dim: d,
-                interleaved: c.rope_interleaved,
-            };
-            let attention = AttentionArgs {
-                qkv: s.qkv,
-                pos: at(m.pos),
-                page_table: at(m.pages),
-                table_off: at(m.table_off),
-                kcache,
-                vcache,
-                out: s.attn,
-                rows: t,
-                num_heads: c.num_heads,
-                num_kv_heads: c.num_kv_heads,
-                head_dim: d,
-                page_tokens: pt,
-                page_stride,
-                layer_off,
-                scale: 1.0 / (d as f32).sqrt(),
-                partial: if t <= SPLIT_ROWS { s.partial } else { 0 },
-                tickets: s.tickets,
-                nsplit: s.nsplit,
-                splits: SPLIT_BLOCKS,
-            };
-            // A decode round may fold RoPE and the cache write into the attention kernel (TENSORFOLD_FUSE_ROPE=1).
-            if fuse_rope {
-                g.paged_attention(&attention, Some(&rope)).map_err(e)?;
-            } else {
-                g.qkv_rope_store(&rope).map_err(e)?;
-                g.paged_attention(&attention, None).map_err(e)?;
-            }
-            g.gemm(s.attn, l.o, l.o_bias, s.proj, t, h, q_dim).map_err(e)?;
-            g.add_rms_norm(s.x, s.proj, l.post_norm, s.normed, t, h, c.rms_eps).map_err(e)?;
-            if Gpu::fuses_swiglu(t, 2 * f, h) {
-                g.gemm_swiglu(s.normed, l.gate_up, s.act, t, 2 * f, h).map_err(e)?;
-            } else {
-                g.gemm(s.normed, l.gate_up, 0, s.gate_up, t, 2 * f, h).map_err(e)?;
-                g.swiglu(s.gate_up, s.act, t, f).map_err(e)?;
-            }
-            g.gemm(s.act, l.down, 0, s.proj, t, h, f).map_err(e)?;
-            match self.layers.get(li + 1) {
-                Some(next) => g.add_rms_norm(s.x, s.proj, next.input_norm, s.normed, t, h, c.rms_eps).map_err(e)?,
-                None => g.add_rows(s.x, s.proj, t, h).map_err(e)?,
-            }
-        }
-        if n > 0 {
-            g.rms_norm(s.x, at(m.rows), n, self.norm, s.normed, h, c.rms_eps).map_err(e)?;
-            g.gemm(s.normed, self.lm_head, 0, s.logits, n, c.vocab_size, h).map_err(e)?;
-        }
-        Ok(())
     }
 }
 

@@ -163,18 +163,20 @@ fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
     }
 }
 
-/// Decode rounds replayed from recorded graphs, or with RoPE and the cache write fused into attention, equal the
-/// same rounds launched kernel by kernel (Qwen2 biases, Qwen3 q/k norms, Llama's one query head per KV head).
+/// Decode rounds replayed from recorded graphs, with RoPE and the cache write fused into attention, or with the
+/// norms folded into the GEMMs, equal the same rounds launched kernel by kernel with none of these (Qwen2 biases,
+/// Qwen3 q/k norms, Llama's one query head per KV head).
 #[test]
-fn test_graph_replays_and_fused_rope_equal_direct_launches_over_decode_steps() {
+fn test_graph_replays_fused_rope_and_folded_norms_equal_direct_launches_over_decode_steps() {
     let Some(dev) = gpu() else { return };
     for (arch, seed) in [("qwen2", 5), ("qwen3", 6), ("llama", 7)] {
         let dir = checkpoint(arch, seed);
         let model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 3, context: 128 });
         let prompts: Vec<Vec<u32>> = (0..3).map(|i| tokens(&mut Rng(30 + i), 5 + 3 * i as usize)).collect();
-        let run = |graphs: bool, fuse: bool| {
+        let run = |graphs: bool, fuse: bool, fold: bool| {
             model.set_graphs(graphs);
             model.set_fuse_rope(fuse);
+            model.set_fold_norms(fold);
             let mut pool = dev.kv_pool(&model, PAGE_TOKENS, 24).unwrap();
             let pages: Vec<Vec<u32>> = (0..3).map(|i| (8 * i..8 * i + 8).collect()).collect();
             let mut seqs: Vec<Vec<u32>> = prompts.clone();
@@ -201,10 +203,11 @@ fn test_graph_replays_and_fused_rope_equal_direct_launches_over_decode_steps() {
             }
             (seqs, logits)
         };
-        let direct = run(false, false);
-        for (graphs, fuse) in [(true, false), (false, true), (true, true)] {
-            let other = run(graphs, fuse);
-            let what = format!("{arch}, graphs {graphs}, fused RoPE {fuse}");
+        let direct = run(false, false, false);
+        let variants = [(true, false, false), (false, true, false), (false, false, true), (true, true, true)];
+        for (graphs, fuse, fold) in variants {
+            let other = run(graphs, fuse, fold);
+            let what = format!("{arch}, graphs {graphs}, fused RoPE {fuse}, folded norms {fold}");
             assert_eq!(direct.0, other.0, "{what}: other tokens than direct launches");
             assert!(same_bits(&direct.1, &other.1), "{what}: other logits than direct launches");
         }

@@ -44,13 +44,24 @@ __device__ __forceinline__ float sum_segments(const float* part, int stride, int
     return bias ? v + bias[col] : v;
 }
 
+// What a norm-folding GEMM makes its A from: norm(x + delta) * w row by row, as add_rms_norm would.
+struct NormIn {
+    const float* x;
+    const float* delta;
+    const float* w;
+    float* x_out;
+    float eps;
+};
+
 // Few rows (decode): each warp owns one tile of 8 columns and one segment, and streams its weight tiles
 // through a ring of R slots in shared memory, so R - 1 tiles per warp are always in flight. Each lane reads
 // back only the 16 bytes it copied, so the ring needs no barrier. HI says whether rows 8..15 exist;
-// P is how many steps ahead the activations load.
-template <bool HI, int R, int P>
+// P is how many steps ahead the activations load. With NORM, every block norms the rows into shared memory
+// behind the ring and multiplies those: the bits add_rms_norm would give, without its launch.
+template <bool HI, int R, int P, bool NORM>
 __device__ void gemm_narrow(const bf16* __restrict__ a, const bf16* __restrict__ w, const float* __restrict__ bias,
-                            float* __restrict__ c, bf16* __restrict__ act, int m, int n, int k, int segments) {
+                            float* __restrict__ c, bf16* __restrict__ act, int m, int n, int k, int segments,
+                            NormIn nrm) {
     extern __shared__ uint4 ring[];
     __shared__ float part[16][16][9];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -68,10 +79,23 @@ __device__ void gemm_narrow(const bf16* __restrict__ a, const bf16* __restrict__
     }
     wait_prior();
     start_next();
+    const bf16* av = a;
+    if (NORM) {
+        __shared__ float scratch[32];
+        bf16* normed = reinterpret_cast<bf16*>(ring + (blockDim.x >> 5) * R * 32);
+        for (int r = 0; r < m; ++r) {
+            // Block 0 alone stores the residual sum, to a buffer no block of this grid reads.
+            float* keep = blockIdx.x == 0 && nrm.delta ? nrm.x_out + (u64)r * k : nullptr;
+            const float* d = nrm.delta ? nrm.delta + (u64)r * k : nullptr;
+            add_norm_row(nrm.x + (u64)r * k, d, keep, nrm.w, normed + (u64)r * k, k, nrm.eps, scratch);
+        }
+        __syncthreads();
+        av = normed;
+    }
     if (live) {
         // Rows past m read row m - 1: their results are never stored, and no row affects another.
-        const bf16* alo = a + (u64)min(g, m - 1) * k + kb0 * 32 + 8 * q;
-        const bf16* ahi = a + (u64)min(g + 8, m - 1) * k + kb0 * 32 + 8 * q;
+        const bf16* alo = av + (u64)min(g, m - 1) * k + kb0 * 32 + 8 * q;
+        const bf16* ahi = av + (u64)min(g + 8, m - 1) * k + kb0 * 32 + 8 * q;
         const uint4 zero = make_uint4(0, 0, 0, 0);
         // Activations are loaded P steps ahead into registers, so their latency overlaps the weights'.
         uint4 lo[P], hi[P];
@@ -200,11 +224,16 @@ __device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w
 
 // Up to 8 rows: the upper half of each row tile is zero.
 extern "C" __global__ void __launch_bounds__(512, 2) gemm_m8(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments) {
-    gemm_narrow<false, GEMM_RING, 4>(a, w, bias, c, act, m, n, k, segments);
+    gemm_narrow<false, GEMM_RING, 4, false>(a, w, bias, c, act, m, n, k, segments, NormIn{});
 }
 
 extern "C" __global__ void __launch_bounds__(512, 2) gemm_m16(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments) {
-    gemm_narrow<true, GEMM_RING, 4>(a, w, bias, c, act, m, n, k, segments);
+    gemm_narrow<true, GEMM_RING, 4, false>(a, w, bias, c, act, m, n, k, segments, NormIn{});
+}
+
+// Up to 8 rows of A = norm(x + delta) * nw (delta may be null); block 0 stores x + delta to x_out.
+extern "C" __global__ void __launch_bounds__(512, 2) gemm_norm_m8(const float* x, const float* delta, const float* nw, float* x_out, float eps, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments) {
+    gemm_narrow<false, GEMM_RING, 4, true>(nullptr, w, bias, c, act, m, n, k, segments, NormIn{x, delta, nw, x_out, eps});
 }
 
 extern "C" __global__ void __launch_bounds__(512) gemm_m64(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments) {

@@ -25,12 +25,12 @@ __device__ __forceinline__ float block_rms_inv(float ss0, float ss1, int h, floa
     return 1.0f / sqrtf(total / (float)h + eps);
 }
 
-// x += delta (when given), then out = norm(x) * w, summed as a block of 1024 threads would: thread v sums
-// x[v], x[v + 1024], ... in order, then warp butterflies, then the 32 warp sums in order. A block of 512 plays
-// threads t and t + 512, so every kernel that norms a row gets the same bits. delta is read from L2.
-// Rows up to 8192 wide are read once into registers.
-__device__ void add_norm_row(float* __restrict__ x, const float* __restrict__ delta, const float* __restrict__ w,
-                             bf16* __restrict__ out, int h, float eps, float* scratch) {
+// v = x + delta (x when delta is null), stored to x_out when given, then out = norm(v) * w, summed as a block
+// of 1024 threads would: thread t sums v[t], v[t + 1024], ... in order, then warp butterflies, then the 32 warp
+// sums in order. A block of 512 plays threads t and t + 512, so every kernel that norms a row gets the same bits.
+// delta is read from L2. Rows up to 8192 wide are read once into registers. x_out may be x.
+__device__ void add_norm_row(const float* x, const float* __restrict__ delta, float* x_out, const float* __restrict__ w,
+                             bf16* out, int h, float eps, float* scratch) {
     const int nt = blockDim.x;
     const bool twin = nt == 512;
     float ss[2] = {0.0f, 0.0f};
@@ -46,7 +46,7 @@ __device__ void add_norm_row(float* __restrict__ x, const float* __restrict__ de
         for (int k = 0; k < 16; ++k) {
             const int i = threadIdx.x + k * nt;
             if (i < h) {
-                if (delta) x[i] = v[k];
+                if (x_out) x_out[i] = v[k];
                 if (twin && (k & 1)) ss[1] = __fmaf_rn(v[k], v[k], ss[1]);
                 else ss[0] = __fmaf_rn(v[k], v[k], ss[0]);
             }
@@ -61,15 +61,17 @@ __device__ void add_norm_row(float* __restrict__ x, const float* __restrict__ de
     }
     for (int i = threadIdx.x, k = 0; i < h; i += nt, ++k) {
         float val = x[i];
-        if (delta) {
-            val += __ldcg(delta + i);
-            x[i] = val;
-        }
+        if (delta) val += __ldcg(delta + i);
+        if (x_out) x_out[i] = val;
         if (twin && (k & 1)) ss[1] = __fmaf_rn(val, val, ss[1]);
         else ss[0] = __fmaf_rn(val, val, ss[0]);
     }
     const float inv = block_rms_inv(ss[0], ss[1], h, eps, scratch);
-    for (int i = threadIdx.x; i < h; i += nt) out[i] = f2bf(w[i] * (x[i] * inv));
+    for (int i = threadIdx.x; i < h; i += nt) {
+        // Each thread reads back only what it stored, or sums again the same two values.
+        const float val = x_out ? x_out[i] : delta ? x[i] + __ldcg(delta + i) : x[i];
+        out[i] = f2bf(w[i] * (val * inv));
+    }
 }
 
 // out[r] = norm(x[rows[r]]) * w; `rows` may be null for every row in order.
@@ -78,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm(float* x, const u32*
     wait_prior();
     __shared__ float scratch[32];
     const u64 src = rows ? rows[blockIdx.x] : blockIdx.x;
-    add_norm_row(x + src * h, nullptr, w, out + (u64)blockIdx.x * h, h, eps, scratch);
+    add_norm_row(x + src * h, nullptr, nullptr, w, out + (u64)blockIdx.x * h, h, eps, scratch);
 }
 
 // x += delta, then out = norm(x) * w.
@@ -87,7 +89,7 @@ extern "C" __global__ void __launch_bounds__(1024) add_rms_norm(float* x, const 
     wait_prior();
     __shared__ float scratch[32];
     const u64 r = blockIdx.x;
-    add_norm_row(x + r * h, delta + r * h, w, out + r * h, h, eps, scratch);
+    add_norm_row(x + r * h, delta + r * h, x + r * h, w, out + r * h, h, eps, scratch);
 }
 
 // x += delta.

@@ -58,6 +58,7 @@ struct Functions {
     swiglu: CudaFunction,
     gemm_m8: CudaFunction,
     gemm_m16: CudaFunction,
+    gemm_norm_m8: CudaFunction,
     gemm_m64: CudaFunction,
     qkv_rope_store: CudaFunction,
     paged_attention: CudaFunction,
@@ -68,6 +69,20 @@ struct Functions {
 
 /// Dynamic shared memory of a decode GEMM block: 16 warps with rings of `GEMM_RING` (gemm.cu) 512-byte tiles.
 const RING_BYTES: u32 = 16 * 8 * 512;
+
+/// Shared memory behind the ring for the rows a norm-folding GEMM norms: rows x K in bf16.
+const NORM_BYTES: u32 = 32 * 1024;
+
+/// What a norm-folding GEMM multiplies: A = rms_norm(x + delta) * w row by row, the bits `add_rms_norm` gives;
+/// `delta` 0 for none. x + delta goes to `x_out`, which must not be `x`.
+#[derive(Clone, Copy, Debug)]
+pub struct NormIn {
+    pub x: DevPtr,
+    pub delta: DevPtr,
+    pub w: DevPtr,
+    pub x_out: DevPtr,
+    pub eps: f32,
+}
 
 /// Threads of a norm block; the kernels declare it as their launch bound, which caps their registers to fit.
 const NORM_THREADS: u32 = 1024;
@@ -169,6 +184,7 @@ impl Gpu {
             swiglu: load("swiglu")?,
             gemm_m8: load("gemm_m8")?,
             gemm_m16: load("gemm_m16")?,
+            gemm_norm_m8: load("gemm_norm_m8")?,
             gemm_m64: load("gemm_m64")?,
             qkv_rope_store: load("qkv_rope_store")?,
             paged_attention: load("paged_attention")?,
@@ -182,6 +198,7 @@ impl Gpu {
         for func in [&f.gemm_m8, &f.gemm_m16] {
             func.set_attribute(attr, RING_BYTES as i32)?;
         }
+        f.gemm_norm_m8.set_attribute(attr, (RING_BYTES + NORM_BYTES) as i32)?;
         f.paged_attention.set_attribute(attr, attention::ATTENTION_SMEM as i32)?;
         // Graph capture needs a stream of our own, not the legacy default one.
         let stream = ctx.new_stream()?;
@@ -392,7 +409,30 @@ impl Gpu {
         n: usize,
         k: usize,
     ) -> Result<(), GpuError> {
-        self.gemm_launch(a, w, bias, c, 0, m, n, k)
+        self.gemm_launch(a, w, bias, c, 0, m, n, k, None)
+    }
+
+    /// Whether `gemm_norm` takes `m` rows of width `k`.
+    pub fn folds_norm(m: usize, k: usize) -> bool {
+        (1..=8).contains(&m) && m * k * 2 <= NORM_BYTES as usize
+    }
+
+    /// `gemm` or, with `act`, `gemm_swiglu` of A = `norm`'s rows (k wide), normed inside each block.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_norm(
+        &self,
+        norm: &NormIn,
+        w: DevPtr,
+        bias: DevPtr,
+        c: DevPtr,
+        act: DevPtr,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<(), GpuError> {
+        assert!(Self::folds_norm(m, k) && norm.x != norm.x_out, "gemm_norm: {m} rows of {k} cannot fold");
+        assert!(act == 0 || (Self::fuses_swiglu(m, n, k) && n.is_multiple_of(16)), "gemm_norm: no SwiGLU here");
+        self.gemm_launch(0, w, bias, c, act, m, n, k, Some(norm))
     }
 
     /// Whether `gemm_swiglu` can run for this many rows and this K.
@@ -403,7 +443,7 @@ impl Gpu {
     /// act[m x n/2] = SwiGLU of gate and up as bf16, their rows of `w` stacked by `gate_up_order`; no f32 output.
     pub fn gemm_swiglu(&self, a: DevPtr, w: DevPtr, act: DevPtr, m: usize, n: usize, k: usize) -> Result<(), GpuError> {
         assert!(Self::fuses_swiglu(m, n, k) && n.is_multiple_of(16), "gemm_swiglu: {m} x {n} x {k} cannot fuse");
-        self.gemm_launch(a, w, 0, 0, act, m, n, k)
+        self.gemm_launch(a, w, 0, 0, act, m, n, k, None)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -417,6 +457,7 @@ impl Gpu {
         m: usize,
         n: usize,
         k: usize,
+        norm: Option<&NormIn>,
     ) -> Result<(), GpuError> {
         assert!(k.is_multiple_of(32), "gemm: K = {k} is not a multiple of 32");
         let segments = gemm_segments(n, k);
@@ -427,9 +468,13 @@ impl Gpu {
             _ => (&self.f.gemm_m64, (n.div_ceil(32), m.div_ceil(64), 1), 32 * segments as u32, 0),
         };
         let dims = [m, n, k, segments].map(|v| Arg::Int(v as i32));
-        let args =
-            [Arg::Ptr(a), Arg::Ptr(w), Arg::Ptr(bias), Arg::Ptr(c), Arg::Ptr(act), dims[0], dims[1], dims[2], dims[3]];
-        self.launch(func, grid, threads, smem, &args)
+        let tail = [Arg::Ptr(w), Arg::Ptr(bias), Arg::Ptr(c), Arg::Ptr(act), dims[0], dims[1], dims[2], dims[3]];
+        let Some(nm) = norm else {
+            return self.launch(func, grid, threads, smem, &[&[Arg::Ptr(a)], &tail[..]].concat());
+        };
+        let head = [Arg::Ptr(nm.x), Arg::Ptr(nm.delta), Arg::Ptr(nm.w), Arg::Ptr(nm.x_out), Arg::Float(nm.eps)];
+        let smem = RING_BYTES + (m * k * 2) as u32;
+        self.launch(&self.f.gemm_norm_m8, grid, threads, smem, &[&head[..], &tail[..]].concat())
     }
 }
 
@@ -446,6 +491,7 @@ mod tests {
             ("add_rms_norm", NORM_THREADS),
             ("gemm_m8", 512),
             ("gemm_m16", 512),
+            ("gemm_norm_m8", 512),
             ("argmax_rows", 1024),
         ];
         for (name, threads) in launched {
