@@ -22,6 +22,9 @@ use crate::llama::{rope_inv_freq, Loader};
 #[path = "cuda_queue.rs"]
 mod queue;
 
+/// A recorded round's row count, KV pool keys, values and page size, RoPE fusion and norm folding.
+type GraphKey = (usize, DevPtr, DevPtr, usize, bool, bool);
+
 /// Allocates memory of a kind through the runtime's ledger.
 pub type Alloc<'a> = dyn FnMut(MemoryKind, usize) -> Result<Allocation, LedgerError> + 'a;
 
@@ -122,9 +125,8 @@ pub struct CudaLlama {
     meta: MetaLayout,
     /// Pinned host memory: the meta tables going up, then the logits coming down.
     staging: Mutex<Allocation>,
-    /// Recorded decode rounds by row count, the KV pool's keys, values and page size, and RoPE fusion; taken
-    /// after `staging`.
-    graphs: Mutex<HashMap<(usize, DevPtr, DevPtr, usize, bool, bool), Graph>>,
+    /// Recorded decode rounds by `GraphKey`; taken after `staging`.
+    graphs: Mutex<HashMap<GraphKey, Graph>>,
     graphs_on: AtomicBool,
     /// Whether decode rounds do RoPE and the cache write inside the attention kernel; the bits are the same.
     fuse_rope: AtomicBool,

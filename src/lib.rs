@@ -8,6 +8,7 @@ pub mod cuda_setup;
 pub mod drama;
 pub mod error;
 pub mod fetch;
+pub mod forward;
 pub mod generate;
 pub mod gguf;
 pub mod gguf_model;

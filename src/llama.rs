@@ -10,6 +10,7 @@ use tensorfold_kernels::Weight;
 use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::error::LoadError;
+use crate::forward::{forward, LayerNorm, LlamaSteps};
 
 /// Per-head RMSNorm weights of q and k (Qwen3).
 struct QkNorm {
@@ -194,70 +195,6 @@ impl Llama {
         let per_token = 4 * c.hidden_size + qkv + c.num_heads * c.head_dim + 3 * c.intermediate_size;
         4 * (num_tokens * per_token + num_lanes * (c.vocab_size + c.hidden_size))
     }
-
-    fn attention_block(&self, li: usize, x: &[f32], queries: &[(usize, &[u32])], pool: &mut KvPool) -> Vec<f32> {
-        let (c, layer) = (&self.cfg, &self.layers[li]);
-        let (t, d) = (queries.len(), c.head_dim);
-        let (q_dim, kv_dim) = (c.num_heads * d, c.num_kv_heads * d);
-        let width = q_dim + 2 * kv_dim;
-        let mut qkv = vec![0f32; t * width];
-        matmul(x, t, &layer.attn.qkv, &mut qkv);
-        if let Some(b) = &layer.attn.qkv_bias {
-            ops::add_bias(&mut qkv, b);
-        }
-        for (row, &(pos, pages)) in qkv.chunks_exact_mut(width).zip(queries) {
-            let (q, kv) = row.split_at_mut(q_dim);
-            let (k, v) = kv.split_at_mut(kv_dim);
-            if let Some(n) = &layer.attn.qk_norm {
-                ops::rms_norm_in_place(q, &n.q, c.rms_eps);
-                ops::rms_norm_in_place(k, &n.k, c.rms_eps);
-            }
-            self.rope.apply(q, pos);
-            self.rope.apply(k, pos);
-            pool.write(li, pages, pos, k, v);
-        }
-        let qs: Vec<Query> = qkv
-            .chunks_exact(width)
-            .zip(queries)
-            .map(|(r, &(pos, pages))| Query { q: &r[..q_dim], pos, pages })
-            .collect();
-        let mut attn = vec![0f32; t * q_dim];
-        attend(pool, li, &qs, c.num_heads, &mut attn);
-        let mut out = vec![0f32; t * c.hidden_size];
-        matmul(&attn, t, &layer.attn.o, &mut out);
-        if let Some(b) = &layer.attn.o_bias {
-            ops::add_bias(&mut out, b);
-        }
-        out
-    }
-
-    fn mlp_block(&self, li: usize, x: &[f32], t: usize) -> Vec<f32> {
-        let (c, mlp) = (&self.cfg, &self.layers[li].mlp);
-        let mut gate_up = vec![0f32; t * 2 * c.intermediate_size];
-        matmul(x, t, &mlp.gate_up, &mut gate_up);
-        let mut act = vec![0f32; t * c.intermediate_size];
-        ops::swiglu(&gate_up, c.intermediate_size, &mut act);
-        let mut out = vec![0f32; t * c.hidden_size];
-        matmul(&act, t, &mlp.down, &mut out);
-        out
-    }
-
-    /// The residual stream after every layer for all tokens of the round.
-    fn hidden_states(&self, pool: &mut KvPool, queries: &[(usize, &[u32])], tokens: &[u32]) -> Vec<f32> {
-        let (h, t) = (self.cfg.hidden_size, tokens.len());
-        let mut x = vec![0f32; t * h];
-        for (row, &tok) in x.chunks_exact_mut(h).zip(tokens) {
-            self.embed.row_f32(tok as usize, row);
-        }
-        let mut normed = vec![0f32; t * h];
-        for (li, layer) in self.layers.iter().enumerate() {
-            ops::rms_norm(&x, &layer.input_norm, self.cfg.rms_eps, &mut normed);
-            ops::add_in_place(&mut x, &self.attention_block(li, &normed, queries, pool));
-            ops::rms_norm(&x, &layer.post_attn_norm, self.cfg.rms_eps, &mut normed);
-            ops::add_in_place(&mut x, &self.mlp_block(li, &normed, t));
-        }
-        x
-    }
 }
 
 impl Engine for Llama {
@@ -277,14 +214,144 @@ impl Engine for Llama {
 
 impl Llama {
     fn forward_on_pool(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<Vec<f32>> {
-        let tokens: Vec<u32> = lanes.iter().flat_map(|l| l.tokens.iter().copied()).collect();
         let queries: Vec<(usize, &[u32])> =
             lanes.iter().flat_map(|l| (0..l.tokens.len()).map(move |i| (l.start_pos + i, l.pages))).collect();
-        let x = self.hidden_states(pool, &queries, &tokens);
-        let h = self.cfg.hidden_size;
+        let mut pass = CpuPass {
+            m: self,
+            pool,
+            lanes,
+            queries,
+            x: Vec::new(),
+            normed: Vec::new(),
+            qkv: Vec::new(),
+            attn: Vec::new(),
+            delta: Vec::new(),
+            act: Vec::new(),
+            out: Vec::new(),
+        };
+        let Ok(()) = forward(&mut pass, self.layers.len());
+        pass.out
+    }
+}
+
+/// One CPU pass over a round's rows: the buffers the steps of `forward` read and write.
+struct CpuPass<'a, 'l> {
+    m: &'a Llama,
+    pool: &'a mut KvPool,
+    lanes: &'a [LaneStep<'l>],
+    /// Each row's position and its lane's pages.
+    queries: Vec<(usize, &'l [u32])>,
+    x: Vec<f32>,
+    normed: Vec<f32>,
+    qkv: Vec<f32>,
+    attn: Vec<f32>,
+    delta: Vec<f32>,
+    act: Vec<f32>,
+    out: Vec<Vec<f32>>,
+}
+
+impl LlamaSteps for CpuPass<'_, '_> {
+    type Error = std::convert::Infallible;
+
+    fn embed(&mut self) -> Result<(), Self::Error> {
+        let h = self.m.cfg.hidden_size;
+        let tokens = self.lanes.iter().flat_map(|l| l.tokens.iter().copied());
+        self.x = vec![0f32; self.queries.len() * h];
+        for (row, tok) in self.x.chunks_exact_mut(h).zip(tokens) {
+            self.m.embed.row_f32(tok as usize, row);
+        }
+        Ok(())
+    }
+
+    fn norm(&mut self, li: usize, which: LayerNorm) -> Result<(), Self::Error> {
+        let layer = &self.m.layers[li];
+        let w = match which {
+            LayerNorm::Input => &layer.input_norm,
+            LayerNorm::PostAttention => &layer.post_attn_norm,
+        };
+        self.normed = vec![0f32; self.x.len()];
+        ops::rms_norm(&self.x, w, self.m.cfg.rms_eps, &mut self.normed);
+        Ok(())
+    }
+
+    fn qkv(&mut self, li: usize) -> Result<(), Self::Error> {
+        let (c, attn) = (&self.m.cfg, &self.m.layers[li].attn);
+        let width = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+        self.qkv = vec![0f32; self.queries.len() * width];
+        matmul(&self.normed, self.queries.len(), &attn.qkv, &mut self.qkv);
+        if let Some(b) = &attn.qkv_bias {
+            ops::add_bias(&mut self.qkv, b);
+        }
+        Ok(())
+    }
+
+    fn rope_store(&mut self, li: usize) -> Result<(), Self::Error> {
+        let (c, attn) = (&self.m.cfg, &self.m.layers[li].attn);
+        let (q_dim, kv_dim) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        for (row, &(pos, pages)) in self.qkv.chunks_exact_mut(q_dim + 2 * kv_dim).zip(&self.queries) {
+            let (q, kv) = row.split_at_mut(q_dim);
+            let (k, v) = kv.split_at_mut(kv_dim);
+            if let Some(n) = &attn.qk_norm {
+                ops::rms_norm_in_place(q, &n.q, c.rms_eps);
+                ops::rms_norm_in_place(k, &n.k, c.rms_eps);
+            }
+            self.m.rope.apply(q, pos);
+            self.m.rope.apply(k, pos);
+            self.pool.write(li, pages, pos, k, v);
+        }
+        Ok(())
+    }
+
+    fn attend(&mut self, li: usize) -> Result<(), Self::Error> {
+        let c = &self.m.cfg;
+        let q_dim = c.num_heads * c.head_dim;
+        let width = q_dim + 2 * c.num_kv_heads * c.head_dim;
+        let qs: Vec<Query> = self
+            .qkv
+            .chunks_exact(width)
+            .zip(&self.queries)
+            .map(|(r, &(pos, pages))| Query { q: &r[..q_dim], pos, pages })
+            .collect();
+        self.attn = vec![0f32; self.queries.len() * q_dim];
+        attend(self.pool, li, &qs, c.num_heads, &mut self.attn);
+        Ok(())
+    }
+
+    fn o_proj(&mut self, li: usize) -> Result<(), Self::Error> {
+        let attn = &self.m.layers[li].attn;
+        self.delta = vec![0f32; self.x.len()];
+        matmul(&self.attn, self.queries.len(), &attn.o, &mut self.delta);
+        if let Some(b) = &attn.o_bias {
+            ops::add_bias(&mut self.delta, b);
+        }
+        Ok(())
+    }
+
+    fn gate_up(&mut self, li: usize) -> Result<(), Self::Error> {
+        let (f, t) = (self.m.cfg.intermediate_size, self.queries.len());
+        let mut gate_up = vec![0f32; t * 2 * f];
+        matmul(&self.normed, t, &self.m.layers[li].mlp.gate_up, &mut gate_up);
+        self.act = vec![0f32; t * f];
+        ops::swiglu(&gate_up, f, &mut self.act);
+        Ok(())
+    }
+
+    fn down(&mut self, li: usize) -> Result<(), Self::Error> {
+        self.delta = vec![0f32; self.x.len()];
+        matmul(&self.act, self.queries.len(), &self.m.layers[li].mlp.down, &mut self.delta);
+        Ok(())
+    }
+
+    fn add(&mut self) -> Result<(), Self::Error> {
+        ops::add_in_place(&mut self.x, &self.delta);
+        Ok(())
+    }
+
+    fn logits(&mut self) -> Result<(), Self::Error> {
+        let (m, h) = (self.m, self.m.cfg.hidden_size);
         let mut rows = Vec::new();
         let mut start = 0;
-        for lane in lanes {
+        for lane in self.lanes {
             let n = lane.tokens.len();
             let wanted = match lane.logits {
                 Logits::None => start + n..start + n,
@@ -294,21 +361,23 @@ impl Llama {
             rows.push(wanted);
             start += n;
         }
-        let picked: Vec<f32> = rows.iter().flat_map(|r| x[r.start * h..r.end * h].iter().copied()).collect();
+        let picked: Vec<f32> = rows.iter().flat_map(|r| self.x[r.start * h..r.end * h].iter().copied()).collect();
         let num = picked.len() / h;
         let mut normed = vec![0f32; picked.len()];
-        ops::rms_norm(&picked, &self.norm, self.cfg.rms_eps, &mut normed);
-        let vocab = self.cfg.vocab_size;
+        ops::rms_norm(&picked, &m.norm, m.cfg.rms_eps, &mut normed);
+        let vocab = m.cfg.vocab_size;
         let mut logits = vec![0f32; num * vocab];
-        matmul(&normed, num, self.lm_head.as_ref().unwrap_or(&self.embed), &mut logits);
+        matmul(&normed, num, m.lm_head.as_ref().unwrap_or(&m.embed), &mut logits);
         let mut at = 0;
-        rows.iter()
-            .zip(lanes)
+        self.out = rows
+            .iter()
+            .zip(self.lanes)
             .map(|(r, lane)| {
                 let len = (r.end - r.start) * vocab;
                 at += len;
                 lane.logits.take(&logits[at - len..at])
             })
-            .collect()
+            .collect();
+        Ok(())
     }
 }

@@ -1,0 +1,119 @@
+//! The Llama family's forward pass, written once: each backend supplies the steps, this is their order.
+
+/// Which RMSNorm of a layer a step applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerNorm {
+    Input,
+    PostAttention,
+}
+
+/// One backend's steps of a forward pass over a round's rows. A backend may fuse neighbouring steps (a norm
+/// into the matmul that reads it, say) as long as each row's result stays what the steps say.
+pub trait LlamaSteps {
+    type Error;
+    /// The residual stream x: the embedding rows of the round's tokens.
+    fn embed(&mut self) -> Result<(), Self::Error>;
+    /// normed = rms_norm(x) with layer `li`'s norm `which`.
+    fn norm(&mut self, li: usize, which: LayerNorm) -> Result<(), Self::Error>;
+    /// qkv = normed Wqkv (+ bias).
+    fn qkv(&mut self, li: usize) -> Result<(), Self::Error>;
+    /// Per row: q and k normed per head (Qwen3), RoPE at the row's position, k and v written to the KV cache.
+    fn rope_store(&mut self, li: usize) -> Result<(), Self::Error>;
+    /// attn = attention of each row's q over its lane's cached keys and values up to its position.
+    fn attend(&mut self, li: usize) -> Result<(), Self::Error>;
+    /// delta = attn Wo (+ bias).
+    fn o_proj(&mut self, li: usize) -> Result<(), Self::Error>;
+    /// act = silu(normed Wgate) * normed Wup.
+    fn gate_up(&mut self, li: usize) -> Result<(), Self::Error>;
+    /// delta = act Wdown.
+    fn down(&mut self, li: usize) -> Result<(), Self::Error>;
+    /// x += delta.
+    fn add(&mut self) -> Result<(), Self::Error>;
+    /// Logits of the rows that want them: the final norm, then the output projection.
+    fn logits(&mut self) -> Result<(), Self::Error>;
+}
+
+/// Runs a forward pass of `layers` layers through `steps`.
+pub fn forward<S: LlamaSteps>(steps: &mut S, layers: usize) -> Result<(), S::Error> {
+    steps.embed()?;
+    for li in 0..layers {
+        steps.norm(li, LayerNorm::Input)?;
+        steps.qkv(li)?;
+        steps.rope_store(li)?;
+        steps.attend(li)?;
+        steps.o_proj(li)?;
+        steps.add()?;
+        steps.norm(li, LayerNorm::PostAttention)?;
+        steps.gate_up(li)?;
+        steps.down(li)?;
+        steps.add()?;
+    }
+    steps.logits()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records each step as a word.
+    struct Trace(Vec<String>);
+
+    impl LlamaSteps for Trace {
+        type Error = std::convert::Infallible;
+        fn embed(&mut self) -> Result<(), Self::Error> {
+            self.0.push("embed".into());
+            Ok(())
+        }
+        fn norm(&mut self, li: usize, which: LayerNorm) -> Result<(), Self::Error> {
+            self.0.push(format!("{which:?}{li}"));
+            Ok(())
+        }
+        fn qkv(&mut self, li: usize) -> Result<(), Self::Error> {
+            self.0.push(format!("qkv{li}"));
+            Ok(())
+        }
+        fn rope_store(&mut self, li: usize) -> Result<(), Self::Error> {
+            self.0.push(format!("rope{li}"));
+            Ok(())
+        }
+        fn attend(&mut self, li: usize) -> Result<(), Self::Error> {
+            self.0.push(format!("attend{li}"));
+            Ok(())
+        }
+        fn o_proj(&mut self, li: usize) -> Result<(), Self::Error> {
+            self.0.push(format!("o{li}"));
+            Ok(())
+        }
+        fn gate_up(&mut self, li: usize) -> Result<(), Self::Error> {
+            self.0.push(format!("gate_up{li}"));
+            Ok(())
+        }
+        fn down(&mut self, li: usize) -> Result<(), Self::Error> {
+            self.0.push(format!("down{li}"));
+            Ok(())
+        }
+        fn add(&mut self) -> Result<(), Self::Error> {
+            self.0.push("add".into());
+            Ok(())
+        }
+        fn logits(&mut self) -> Result<(), Self::Error> {
+            self.0.push("logits".into());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn test_a_pass_runs_each_layer_pre_norm_attention_then_mlp() {
+        let mut trace = Trace(Vec::new());
+        forward(&mut trace, 2).unwrap();
+        let layer = |i: usize| {
+            let names = ["Input", "qkv", "rope", "attend", "o", "add", "PostAttention", "gate_up", "down", "add"];
+            names.map(|n| if n == "add" { n.to_string() } else { format!("{n}{i}") })
+        };
+        let mut want = vec!["embed".to_string()];
+        want.extend(layer(0));
+        want.extend(layer(1));
+        want.push("logits".into());
+        assert_eq!(trace.0, want);
+    }
+}
