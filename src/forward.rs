@@ -58,47 +58,44 @@ mod tests {
     /// Records each step as a word.
     struct Trace(Vec<String>);
 
+    impl Trace {
+        fn log(&mut self, step: String) -> Result<(), std::convert::Infallible> {
+            self.0.push(step);
+            Ok(())
+        }
+    }
+
     impl LlamaSteps for Trace {
         type Error = std::convert::Infallible;
         fn embed(&mut self) -> Result<(), Self::Error> {
-            self.0.push("embed".into());
-            Ok(())
+            self.log("embed".into())
         }
         fn norm(&mut self, li: usize, which: LayerNorm) -> Result<(), Self::Error> {
-            self.0.push(format!("{which:?}{li}"));
-            Ok(())
+            self.log(format!("{which:?}{li}"))
         }
         fn qkv(&mut self, li: usize) -> Result<(), Self::Error> {
-            self.0.push(format!("qkv{li}"));
-            Ok(())
+            self.log(format!("qkv{li}"))
         }
         fn rope_store(&mut self, li: usize) -> Result<(), Self::Error> {
-            self.0.push(format!("rope{li}"));
-            Ok(())
+            self.log(format!("rope{li}"))
         }
         fn attend(&mut self, li: usize) -> Result<(), Self::Error> {
-            self.0.push(format!("attend{li}"));
-            Ok(())
+            self.log(format!("attend{li}"))
         }
         fn o_proj(&mut self, li: usize) -> Result<(), Self::Error> {
-            self.0.push(format!("o{li}"));
-            Ok(())
+            self.log(format!("o{li}"))
         }
         fn gate_up(&mut self, li: usize) -> Result<(), Self::Error> {
-            self.0.push(format!("gate_up{li}"));
-            Ok(())
+            self.log(format!("gate_up{li}"))
         }
         fn down(&mut self, li: usize) -> Result<(), Self::Error> {
-            self.0.push(format!("down{li}"));
-            Ok(())
+            self.log(format!("down{li}"))
         }
         fn add(&mut self) -> Result<(), Self::Error> {
-            self.0.push("add".into());
-            Ok(())
+            self.log("add".into())
         }
         fn logits(&mut self) -> Result<(), Self::Error> {
-            self.0.push("logits".into());
-            Ok(())
+            self.log("logits".into())
         }
     }
 
