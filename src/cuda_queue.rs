@@ -219,3 +219,21 @@ impl LlamaSteps for GpuPass<'_> {
         g.gemm(s.normed, self.m.lm_head, 0, s.logits, self.n, c.vocab_size, h)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_a_folded_norm_with_a_sum_moves_the_stream_to_the_other_buffer() {
+        let mut res = Residual { x: 100, spare: 200 };
+        let first = res.norm(0, 7, 1e-5);
+        assert_eq!((first.x, first.delta, first.x_out), (100, 0, 200));
+        assert_eq!((res.x, res.spare), (100, 200), "without a delta nothing is stored, so the stream stays");
+        let second = res.norm(300, 8, 1e-5);
+        assert_eq!((second.x, second.delta, second.x_out, second.w), (100, 300, 200, 8));
+        assert_eq!((res.x, res.spare), (200, 100), "the sum lands in the spare buffer, which now holds the stream");
+        let third = res.norm(300, 9, 1e-5);
+        assert_eq!((third.x, third.x_out), (200, 100));
+    }
+}
