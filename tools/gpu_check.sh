@@ -3,10 +3,13 @@
 #
 # Usage: bash tools/gpu_check.sh [--shape llama-3.1-8b] [--layers N] [--binary .device/tensorfold]
 #                                [--tests .device/cuda-tests] [--out DIR] [--work DIR] [--gguf FILE] [--no-tests]
+#                                [--selfcheck]
 # Build first (here, with cargo): the release binary, and `cargo test --release --test cuda --no-run`'s binary.
 # --gguf FILE checks a trained GGUF model (e.g. the default model) on chat prompts instead of a seeded checkpoint;
 # transformers reads it with the `gguf` package.
-# Writes OUT/tests.txt, OUT/agreement.json and OUT/agreement.md (the comparison against bf16 and f32 references).
+# --selfcheck also measures transformers bf16 against itself when only kernels change (gpu_reference.py selfcheck).
+# Writes OUT/tests.txt, OUT/agreement.json and OUT/agreement.md (the comparison against bf16 and f32 references),
+# and with --selfcheck OUT/selfcheck.json and OUT/selfcheck.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +21,7 @@ OUT_DIR="${OUT:-./gpu-check-out}"
 WORK="${TMPDIR:-/tmp}/tensorfold-check"
 GGUF=""
 RUN_TESTS=1
+SELFCHECK=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --shape) SHAPE="$2"; shift 2 ;;
@@ -28,7 +32,8 @@ while [[ $# -gt 0 ]]; do
         --work) WORK="$2"; shift 2 ;;
         --gguf) GGUF="$2"; shift 2 ;;
         --no-tests) RUN_TESTS=0; shift ;;
-        -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+        --selfcheck) SELFCHECK=1; shift ;;
+        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -61,4 +66,9 @@ for dtype in bfloat16 float32; do
 done
 "$PY" tools/gpu_reference.py compare --ours "$WORK/ours" --ref "$WORK/ref_bfloat16" --ref2 "$WORK/ref_float32" \
     --out "$OUT_DIR/agreement.json" | tee "$OUT_DIR/agreement.md" || status=1
+if [[ $SELFCHECK == 1 ]]; then
+    echo "== selfcheck"
+    "$PY" tools/gpu_reference.py selfcheck --model "$CKPT" --prompts "$WORK/prompts.json" --out "$WORK/selfcheck" \
+        --ours "$WORK/ours" && cp "$WORK/selfcheck/selfcheck.json" "$WORK/selfcheck/selfcheck.md" "$OUT_DIR/" || status=1
+fi
 exit $status

@@ -5,6 +5,7 @@
     gpu_reference.py prompts   --texts --model MODEL.gguf --out prompts.json   (chat prompts for a trained model)
     gpu_reference.py reference --model DIR --prompts prompts.json --out REF_DIR [--dtype bfloat16|float32]
     gpu_reference.py compare   --ours OURS_DIR --ref REF_DIR [--ref2 REF2_DIR] --out summary.json
+    gpu_reference.py selfcheck --model DIR --prompts prompts.json --out OUT_DIR [--ours OURS_DIR] [--steps N]
 
 A run directory holds `tokens.json` ({"tokens": [[generated ids] per prompt]}) and its logits: either
 `logits.f32` (raw little-endian float32, [prompts, steps, vocab], as our binary writes it) or one
@@ -113,11 +114,12 @@ def load_model(model_dir, dtype_name, attn, device):
     return model.eval()
 
 
-def greedy(model, prompt, steps, device):
+def greedy(model, prompt, steps, device, copies=1):
     """Argmax decoding with the KV cache; returns (tokens, float32 logits [steps, vocab]). No EOS stop."""
     import torch
 
-    ids = torch.tensor([prompt], device=device)
+    # The prompt fills `copies` identical batch rows; every row is fed row 0's token, and row 0 is kept.
+    ids = torch.tensor([prompt] * copies, device=device)
     rows, tokens = [], []
     with torch.inference_mode():
         out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
@@ -127,9 +129,21 @@ def greedy(model, prompt, steps, device):
             rows.append(row.cpu().numpy())
             tokens.append(token)
             if step + 1 < steps:
-                step_ids = torch.tensor([[token]], device=device)
+                step_ids = torch.tensor([[token]] * copies, device=device)
                 out = model(input_ids=step_ids, past_key_values=out.past_key_values, use_cache=True)
     return tokens, np.stack(rows).astype(np.float32)
+
+
+def decode_prompts(model, prompts, steps, device, out, copies=1):
+    """Greedy-decodes each prompt, saving its logits_NN.npy under out; returns the tokens per prompt."""
+    out.mkdir(parents=True, exist_ok=True)
+    all_tokens = []
+    for i, prompt in enumerate(prompts):
+        tokens, logits = greedy(model, prompt, steps, device, copies)
+        np.save(out / f"logits_{i:02d}.npy", logits)
+        all_tokens.append(tokens)
+        print(f"prompt {i} ({len(prompt)} ids): {tokens[:8]}...", flush=True)
+    return all_tokens
 
 
 def cmd_reference(args):
@@ -142,16 +156,10 @@ def cmd_reference(args):
     steps = args.steps or body.get("steps", DEFAULT_STEPS)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     model = load_model(args.model, args.dtype, args.attn, device)
     print(f"loaded {args.model} as {args.dtype} on {device} in {time.perf_counter() - start:.1f}s", flush=True)
-    all_tokens = []
-    for i, prompt in enumerate(body["prompts"]):
-        tokens, logits = greedy(model, prompt, steps, device)
-        np.save(out / f"logits_{i:02d}.npy", logits)
-        all_tokens.append(tokens)
-        print(f"prompt {i} ({len(prompt)} ids): {tokens[:8]}...", flush=True)
+    all_tokens = decode_prompts(model, body["prompts"], steps, device, out)
     meta = {
         "tokens": all_tokens,
         "prompts": body["prompts"],
@@ -312,6 +320,69 @@ def cmd_compare(args):
         pathlib.Path(args.markdown).write_text(text)
 
 
+def cmd_selfcheck(args):
+    """transformers bf16 against its own solo run when only kernels change: batch, reduced reduction, attention."""
+    import gc
+
+    import torch
+
+    body = json.loads(pathlib.Path(args.prompts).read_text())
+    prompts, steps = body["prompts"], args.steps or body.get("steps", DEFAULT_STEPS)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    out = pathlib.Path(args.out)
+    model = load_model(args.model, "bfloat16", "sdpa", device)
+    vocab = int(model.config.vocab_size)
+
+    def variant(name, model, copies=1):
+        print(f"== {name}", flush=True)
+        tokens = decode_prompts(model, prompts, steps, device, out / name, copies)
+        (out / name / "tokens.json").write_text(json.dumps({"tokens": tokens, "vocab_size": vocab}) + "\n")
+
+    variant("solo", model)
+    variant("copies2", model, 2)
+    variant("copies4", model, 4)
+    matmul = torch.backends.cuda.matmul
+    reduced = matmul.allow_bf16_reduced_precision_reduction
+    matmul.allow_bf16_reduced_precision_reduction = False
+    try:
+        variant("no_reduced_reduction", model)
+    finally:
+        matmul.allow_bf16_reduced_precision_reduction = reduced
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+    variant("eager", load_model(args.model, "bfloat16", "eager", device))
+
+    solo = Run(out / "solo", vocab)
+    ties = [sum(a == b for a, b in map(top2, solo.logits(i))) for i in range(len(solo.tokens))]
+    print(f"steps with a top-two tie per prompt in solo: {ties}")
+    runs = {name: Run(out / name, vocab) for name in ("copies2", "copies4", "no_reduced_reduction", "eager")}
+    if args.ours:
+        runs["ours"] = Run(args.ours, vocab)
+    results = {name: compare_runs(run, solo) for name, run in runs.items()}
+    agreed = {name: [p["agreed"] for p in r["per_prompt"]] for name, r in results.items()}
+    lines = [
+        "| variant | agreed steps per prompt | prompts with all steps | median rel err |",
+        "|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        s = r["summary"]
+        whole, err = f"{s['all_agreed']}/{s['prompts']}", fmt(s["median_rel_err"])
+        print(f"{name}: agreed {agreed[name]}, all steps {whole}, median rel err {err}", flush=True)
+        lines.append(f"| {name} | {' '.join(map(str, agreed[name]))} | {whole} | {err} |")
+    lines += ["", f"steps with a top-two tie per prompt in solo: {ties}", ""]
+    report = {
+        "model": str(args.model),
+        "steps": steps,
+        "ties": ties,
+        "summaries": {name: r["summary"] for name, r in results.items()},
+        "agreed": agreed,
+    }
+    (out / "selfcheck.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "selfcheck.md").write_text("\n".join(lines))
+    print(f"wrote {out}/selfcheck.json and {out}/selfcheck.md")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -344,6 +415,14 @@ def main():
     p.add_argument("--vocab", type=int, help="vocabulary size of logits.f32; default: from --model or the reference")
     p.add_argument("--model", help="checkpoint whose config.json gives the vocabulary size")
     p.set_defaults(run=cmd_compare)
+
+    p = sub.add_parser("selfcheck", help="transformers bf16 against itself when only kernels change")
+    p.add_argument("--model", required=True)
+    p.add_argument("--prompts", required=True)
+    p.add_argument("--out", required=True, help="directory for the run directories and selfcheck.json/.md")
+    p.add_argument("--ours", help="our binary's run directory, also compared against the solo run")
+    p.add_argument("--steps", type=int, help="default: the prompts file's")
+    p.set_defaults(run=cmd_selfcheck)
 
     args = parser.parse_args()
     args.run(args)
