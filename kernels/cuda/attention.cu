@@ -134,6 +134,8 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
     extern __shared__ uint4 smem_raw[];
     bf16* stage = reinterpret_cast<bf16*>(smem_raw);
     __shared__ float qrot[MAX_GROUP][MAX_HEAD_DIM];
+    // Scores that warps sharing rows swap: row, then key pair; 36 pairs a row keeps a half warp's accesses apart.
+    __shared__ float2 swap[16][36];
     const int kvh = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int nwarps = blockDim.x >> 5, group = nh / nkv, per_warp = 16 / group, width = (nh + 2 * nkv) * D;
     const u32 row0 = groups[2 * blockIdx.y], count = groups[2 * blockIdx.y + 1];
@@ -225,19 +227,33 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
         __syncthreads();
         const bf16* ks = stage + (it & 1) * 2 * TILE;
         const bf16* vs = ks + TILE;
-        if (busy) {
-            // Scores of 16 rows by the split's 64 keys: tile nt holds keys 8 nt .. 8 nt + 7.
-            float sc[8][4];
+        // Scores of 16 rows by the split's 64 keys: tile nt holds keys 8 nt .. 8 nt + 7. Where the warps share rows,
+        // each computes 8 / ATT_WARPS of the tiles, with the same mma sequence, and they swap them in shared memory.
+        float sc[8][4];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+            if (share ? nt * ATT_WARPS / 8 != warp : !busy) continue;
+#pragma unroll
+            for (int k = 0; k < D / 16; ++k) {
+                const bf16* kr = ks + (nt * 8 + g) * ST + k * 16 + 2 * q;
+                mma_bf16(sc[nt], qa[k][0], qa[k][1], qa[k][2], qa[k][3], *reinterpret_cast<const u32*>(kr),
+                         *reinterpret_cast<const u32*>(kr + 8));
+            }
+            if (share) {
+                swap[g][nt * 4 + q] = make_float2(sc[nt][0], sc[nt][1]);
+                swap[g + 8][nt * 4 + q] = make_float2(sc[nt][2], sc[nt][3]);
+            }
+        }
+        if (share) {
+            __syncthreads();
 #pragma unroll
             for (int nt = 0; nt < 8; ++nt) {
-                sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
-#pragma unroll
-                for (int k = 0; k < D / 16; ++k) {
-                    const bf16* kr = ks + (nt * 8 + g) * ST + k * 16 + 2 * q;
-                    mma_bf16(sc[nt], qa[k][0], qa[k][1], qa[k][2], qa[k][3], *reinterpret_cast<const u32*>(kr),
-                             *reinterpret_cast<const u32*>(kr + 8));
-                }
+                const float2 lo = swap[g][nt * 4 + q], hi = swap[g + 8][nt * 4 + q];
+                sc[nt][0] = lo.x, sc[nt][1] = lo.y, sc[nt][2] = hi.x, sc[nt][3] = hi.y;
             }
+        }
+        if (busy) {
             float mt[2] = {-inf, -inf}, lt[2] = {0.0f, 0.0f};
             bool active[2];
 #pragma unroll
@@ -329,30 +345,19 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
         if (ticket != min(gridDim.z, nsp) - 1) return;
         __threadfence();
         if (threadIdx.x == 0) tickets[row0 * nkv + kvh] = 0;
-        // Every thread folds some (head, element) pairs of the row in split order, as the direct path folds them;
-        // all of a thread's pairs take each split together, so their loads overlap.
-        constexpr int PER = MAX_GROUP * D / (32 * ATT_WARPS);
+        // Every thread folds some (head, element) of the row in split order: the fold of the direct path.
         const u64 head0 = (u64)row0 * nh + (u64)kvh * group;
-        const u64 stride = (u64)nsplit * (D + 2);
-        float m[PER], l[PER], acc[PER];
-#pragma unroll
-        for (int k = 0; k < PER; ++k) m[k] = -inf, l[k] = 0.0f, acc[k] = 0.0f;
-        for (u32 s = 0; s < nsp; ++s) {
-#pragma unroll
-            for (int k = 0; k < PER; ++k) {
-                const int e = threadIdx.x + k * 32 * ATT_WARPS, hh = e / D;
-                if (hh >= group) continue;
-                const float* st = partial + (head0 + hh) * stride + (u64)s * (D + 2);
-                const float ms = __ldcg(st + D), tp = fmaxf(m[k], ms), fa = expf(m[k] - tp), fb = expf(ms - tp);
-                acc[k] = fold(acc[k], fa, __ldcg(st + e - hh * D), fb);
-                l[k] = fold(l[k], fa, __ldcg(st + D + 1), fb);
-                m[k] = tp;
+        for (int e = threadIdx.x; e < group * D; e += blockDim.x) {
+            const int hh = e / D, i = e - hh * D;
+            const float* st = partial + (head0 + hh) * nsplit * (D + 2);
+            float m = -inf, l = 0.0f, acc = 0.0f;
+            for (u32 s = 0; s < nsp; ++s, st += D + 2) {
+                const float ms = __ldcg(st + D), tp = fmaxf(m, ms), fa = expf(m - tp), fb = expf(ms - tp);
+                acc = fold(acc, fa, __ldcg(st + i), fb);
+                l = fold(l, fa, __ldcg(st + D + 1), fb);
+                m = tp;
             }
-        }
-#pragma unroll
-        for (int k = 0; k < PER; ++k) {
-            const int e = threadIdx.x + k * 32 * ATT_WARPS, hh = e / D;
-            if (hh < group) out[(head0 + hh) * D + e - hh * D] = f2bf(acc[k] / l[k]);
+            out[(head0 + hh) * D + i] = f2bf(acc / l);
         }
         return;
     }
