@@ -37,6 +37,6 @@ impl ModelConfig {
     /// The KV pool shape for pages of `page_tokens` positions.
     pub fn kv_layout(&self, page_tokens: usize) -> tensorfold_actors::engine::KvLayout {
         let (num_layers, num_kv_heads, head_dim) = (self.num_layers, self.num_kv_heads, self.head_dim);
-        tensorfold_actors::engine::KvLayout { num_layers, num_kv_heads, head_dim, page_tokens, elem_bytes: 4 }
+        tensorfold_actors::engine::KvLayout { num_layers, num_kv_heads, head_dim, page_tokens }
     }
 }

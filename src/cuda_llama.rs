@@ -10,8 +10,7 @@ use tensorfold_actors::device::Allocation;
 use tensorfold_actors::engine::{Engine, KvLayout, KvPool, LaneStep, Logits};
 use tensorfold_actors::ledger::{LedgerError, MemoryKind};
 use tensorfold_kernels::cuda::{
-    attention_group_rows, gate_up_order, pack_weight, DevPtr, Gpu, GpuError, Graph, ATTENTION_SPLIT, HEAD_DIMS,
-    MAX_GROUP,
+    gate_up_order, pack_weight, DevPtr, Gpu, GpuError, Graph, ATTENTION_SPLIT, MAX_GROUP, MAX_HEAD_DIM,
 };
 use tensorfold_kernels::Weight;
 
@@ -82,8 +81,6 @@ struct MetaLayout {
     kv_off: usize,
     table_off: usize,
     rows: usize,
-    /// Attention row groups: first row and count, two u32 each.
-    groups: usize,
     pages: usize,
     end: usize,
 }
@@ -97,10 +94,9 @@ impl MetaLayout {
         let kv_off = pos + align(4 * t);
         let table_off = kv_off + align(8 * t);
         let rows = table_off + align(4 * t);
-        let groups = rows + align(4 * t);
-        let pages = groups + align(8 * t);
+        let pages = rows + align(4 * t);
         let end = pages + align(4 * s.max_lanes * s.context);
-        MetaLayout { tokens, pos, kv_off, table_off, rows, groups, pages, end }
+        MetaLayout { tokens, pos, kv_off, table_off, rows, pages, end }
     }
 }
 
@@ -219,11 +215,8 @@ impl CudaLlama {
     ) -> Result<CudaLlama, LoadError> {
         let c = ckpt.config().clone();
         let fault = |f: String| LoadError::Device(format!("{}: {f}", ckpt.path().display()));
-        if !HEAD_DIMS.contains(&c.head_dim) {
-            return Err(fault(format!(
-                "head size {} is not one the attention kernels take: {HEAD_DIMS:?}",
-                c.head_dim
-            )));
+        if !c.head_dim.is_multiple_of(32) || c.head_dim > MAX_HEAD_DIM {
+            return Err(fault(format!("head size {} is not a multiple of 32 up to {MAX_HEAD_DIM}", c.head_dim)));
         }
         if !c.num_heads.is_multiple_of(c.num_kv_heads) || c.num_heads / c.num_kv_heads > MAX_GROUP {
             return Err(fault(format!(
@@ -423,16 +416,7 @@ impl CudaLlama {
         let bytes = staging.as_bytes_mut();
         let m = self.meta;
         let (mut row, mut num_pages, mut logit_rows) = (0usize, 0usize, Vec::new());
-        // Attention takes each lane's rows in groups of consecutive positions; in split rounds, one row each.
-        let per_group = if t <= SPLIT_ROWS { 1 } else { attention_group_rows(c.num_heads / c.num_kv_heads) };
-        let mut num_groups = 0usize;
         for lane in lanes {
-            for first in (row..row + lane.tokens.len()).step_by(per_group) {
-                let count = per_group.min(row + lane.tokens.len() - first);
-                put(bytes, m.groups + 8 * num_groups, &(first as u32).to_le_bytes());
-                put(bytes, m.groups + 8 * num_groups + 4, &(count as u32).to_le_bytes());
-                num_groups += 1;
-            }
             if num_pages + lane.pages.len() > self.sizing.max_lanes * self.sizing.context {
                 return Err("the round's page tables exceed the sizing".into());
             }
@@ -469,13 +453,11 @@ impl CudaLlama {
             let mut graphs = self.graphs.lock().map_err(|_| "the graph cache is poisoned")?;
             let graph = match graphs.entry((t, kcache, vcache, pt, fuse_rope, fold)) {
                 Entry::Occupied(o) => o.into_mut(),
-                Entry::Vacant(v) => {
-                    v.insert(g.capture(|| self.queue(&cache, t, n, num_groups, fuse_rope, fold)).map_err(e)?)
-                }
+                Entry::Vacant(v) => v.insert(g.capture(|| self.queue(&cache, t, n, fuse_rope, fold)).map_err(e)?),
             };
             graph.launch().map_err(e)?;
         } else {
-            self.queue(&cache, t, n, num_groups, fuse_rope, fold).map_err(e)?;
+            self.queue(&cache, t, n, fuse_rope, fold).map_err(e)?;
         }
         let vocab = c.vocab_size;
         // A round whose every logits row is a greedy pick can bring back the ids alone.
@@ -521,7 +503,7 @@ fn put(bytes: &mut [u8], at: usize, value: &[u8]) {
 
 impl Engine for CudaLlama {
     fn kv_layout(&self, page_tokens: usize) -> KvLayout {
-        KvLayout { elem_bytes: 2, ..self.cfg.kv_layout(page_tokens) }
+        self.cfg.kv_layout(page_tokens)
     }
 
     fn vocab_size(&self) -> usize {

@@ -24,15 +24,13 @@ impl Residual {
 
 impl CudaLlama {
     /// Queues the kernels of a round of `t` rows whose tables are uploaded, with logits for `n` of them;
-    /// `groups` attention row groups are in the tables; `fuse_rope` (only where every lane has one token) does RoPE
-    /// and the cache write inside attention.
+    /// `fuse_rope` (only where every lane has one token) does RoPE and the cache write inside attention.
     /// Rounds of few rows fold each norm into the GEMM that reads it (`Gpu::folds_norm`): the same bits.
     pub(super) fn queue(
         &self,
         cache: &Caches,
         t: usize,
         n: usize,
-        groups: usize,
         fuse_rope: bool,
         fold: bool,
     ) -> Result<(), GpuError> {
@@ -42,7 +40,6 @@ impl CudaLlama {
             cache,
             t,
             n,
-            groups,
             fuse_rope,
             fold: fold && Gpu::folds_norm(t, h),
             swiglu: Gpu::fuses_swiglu(t, 2 * f, h),
@@ -60,8 +57,6 @@ struct GpuPass<'a> {
     cache: &'a Caches,
     t: usize,
     n: usize,
-    /// Attention row groups in the round's tables.
-    groups: usize,
     fuse_rope: bool,
     fold: bool,
     swiglu: bool,
@@ -159,8 +154,7 @@ impl LlamaSteps for GpuPass<'_> {
             kcache: self.cache.k,
             vcache: self.cache.v,
             out: s.attn,
-            groups: self.at(self.m.meta.groups),
-            num_groups: self.groups,
+            rows: t,
             num_heads: c.num_heads,
             num_kv_heads: c.num_kv_heads,
             head_dim: d,

@@ -14,8 +14,6 @@ pub struct KvLayout {
     pub num_kv_heads: usize,
     pub head_dim: usize,
     pub page_tokens: usize,
-    /// Bytes of one stored element: 4 for f32 on the CPU, 2 for bf16 on a GPU.
-    pub elem_bytes: usize,
 }
 
 impl KvLayout {
@@ -24,10 +22,9 @@ impl KvLayout {
     }
     /// Bytes of one page, keys and values together.
     pub fn page_bytes(&self) -> usize {
-        2 * self.page_elems() * self.elem_bytes
+        2 * self.num_layers * self.page_tokens * self.kv_dim() * std::mem::size_of::<f32>()
     }
-    /// Elements of one page of keys (or of values).
-    pub fn page_elems(&self) -> usize {
+    pub fn page_floats(&self) -> usize {
         self.num_layers * self.page_tokens * self.kv_dim()
     }
 }
@@ -47,15 +44,13 @@ pub struct KvPool {
 
 impl KvPool {
     pub fn new(layout: KvLayout, num_pages: usize) -> KvPool {
-        assert_eq!(layout.elem_bytes, 4, "a host pool holds f32");
-        let n = num_pages * layout.page_elems();
+        let n = num_pages * layout.page_floats();
         KvPool { layout, num_pages, keys: Box::new(vec![0.0; n]), values: Box::new(vec![0.0; n]), device: None }
     }
 
     /// A pool over given memory, each buffer at least `num_pages` pages of floats.
     pub fn with_storage(layout: KvLayout, num_pages: usize, keys: KvStorage, values: KvStorage) -> KvPool {
-        assert_eq!(layout.elem_bytes, 4, "a host pool holds f32");
-        let n = num_pages * layout.page_elems();
+        let n = num_pages * layout.page_floats();
         assert!(keys.len() >= n && values.len() >= n, "KV storage is smaller than {num_pages} pages");
         KvPool { layout, num_pages, keys, values, device: None }
     }
@@ -82,7 +77,7 @@ impl KvPool {
         let l = &self.layout;
         let page = pages[pos / l.page_tokens] as usize;
         assert!(page < self.num_pages, "page {page} is outside the pool");
-        page * l.page_elems() + (layer * l.page_tokens + pos % l.page_tokens) * l.kv_dim()
+        page * l.page_floats() + (layer * l.page_tokens + pos % l.page_tokens) * l.kv_dim()
     }
 
     /// Stores one position's key and value rows.

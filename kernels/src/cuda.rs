@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 #[path = "cuda_attention.rs"]
 mod attention;
 pub use crate::cuda_pack::{gate_up_order, gemm_segments, pack_weight, packed_index, packed_rows, Graph};
-pub use attention::{attention_group_rows, AttentionArgs, QkvArgs, ATTENTION_SPLIT, HEAD_DIMS};
+pub use attention::{AttentionArgs, QkvArgs, ATTENTION_SPLIT};
 
 /// A device address.
 pub type DevPtr = u64;
@@ -25,6 +25,9 @@ pub const SOURCES: [(&str, &str); 5] = [
     ("attention.cu", include_str!("../cuda/attention.cu")),
     ("sampling.cu", include_str!("../cuda/sampling.cu")),
 ];
+
+/// Largest head size the attention kernels take; head sizes must also be multiples of 32.
+pub const MAX_HEAD_DIM: usize = 128;
 
 /// Most query heads sharing one KV head.
 pub const MAX_GROUP: usize = 8;
@@ -58,8 +61,7 @@ struct Functions {
     gemm_norm_m8: CudaFunction,
     gemm_m64: CudaFunction,
     qkv_rope_store: CudaFunction,
-    /// `attention_d{D}` for each of `HEAD_DIMS`.
-    attention: [CudaFunction; 4],
+    paged_attention: CudaFunction,
     argmax_rows: CudaFunction,
     /// Whether launches may overlap the previous kernel's tail (programmatic dependent launch, sm_90 on).
     overlap: bool,
@@ -185,12 +187,7 @@ impl Gpu {
             gemm_norm_m8: load("gemm_norm_m8")?,
             gemm_m64: load("gemm_m64")?,
             qkv_rope_store: load("qkv_rope_store")?,
-            attention: [
-                load("attention_d32")?,
-                load("attention_d64")?,
-                load("attention_d96")?,
-                load("attention_d128")?,
-            ],
+            paged_attention: load("paged_attention")?,
             argmax_rows: load("argmax_rows")?,
             // Kernels of narrow rounds start while the previous one ends (programmatic launch) unless
             // TENSORFOLD_CUDA_OVERLAP=0.
@@ -202,9 +199,7 @@ impl Gpu {
             func.set_attribute(attr, RING_BYTES as i32)?;
         }
         f.gemm_norm_m8.set_attribute(attr, (RING_BYTES + NORM_BYTES) as i32)?;
-        for (func, d) in f.attention.iter().zip(HEAD_DIMS) {
-            func.set_attribute(attr, attention::attention_smem(d) as i32)?;
-        }
+        f.paged_attention.set_attribute(attr, attention::ATTENTION_SMEM as i32)?;
         // Graph capture needs a stream of our own, not the legacy default one.
         let stream = ctx.new_stream()?;
         Ok(Arc::new(Gpu { ctx, stream, f, narrow: AtomicBool::new(false) }))
