@@ -4,18 +4,19 @@ use std::path::Path;
 use std::sync::Arc;
 
 use actix::Addr;
-use tensorfold_actors::cuda_driver::{CudaDriver, DriverCalls};
-use tensorfold_actors::device::{allocate_blocking, spawn_device, DeviceActor};
-use tensorfold_actors::engine::{Engine, KvPool};
+use tensorfold_actors::cuda_driver::CudaDriver;
+use tensorfold_actors::device::{allocate_blocking, spawn_device, Allocation, DeviceActor};
 use tensorfold_actors::ledger::{Ledger, LedgerError, MemoryKind};
+use tensorfold_engine::boundary::{Engine, KvPool};
+use tensorfold_engine::error::LoadError;
+use tensorfold_engine::fetch::Fetcher;
+use tensorfold_engine::llama::cuda::{CudaOptions, Sizing};
+use tensorfold_engine::memory::{Held, MemoryError};
+use tensorfold_engine::model::CudaModel;
 use tensorfold_kernels::cuda::Gpu;
 
-use crate::cuda_llama::Sizing;
-use crate::error::LoadError;
-use crate::model::CudaModel;
-
 /// Which backend runs the model.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Device {
     /// The CPU kernels (the default).
     #[default]
@@ -24,35 +25,43 @@ pub enum Device {
     Cuda,
 }
 
+impl std::str::FromStr for Device {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Device, String> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda),
+            other => Err(format!("{other:?} is not a device; use cpu or cuda")),
+        }
+    }
+}
+
 /// The GPU and the device actor whose ledger every GPU allocation goes through.
 pub struct CudaDevice {
     pub gpu: Arc<Gpu>,
     pub device: Addr<DeviceActor>,
-    pub calls: Arc<DriverCalls>,
     /// The ledger's cap in bytes.
     pub cap: usize,
+    pub options: CudaOptions,
 }
 
 impl CudaDevice {
     /// Opens GPU 0 with a cap of `memory_limit` bytes, by default 90% of its memory.
-    pub fn open(memory_limit: Option<usize>) -> Result<CudaDevice, LoadError> {
-        let cache = crate::fetch::cache_dir().ok().map(|d| d.join("kernels"));
-        let gpu = Gpu::open(0, cache.as_deref()).map_err(|e| LoadError::Device(e.to_string()))?;
+    pub fn open(memory_limit: Option<usize>, options: CudaOptions, fetcher: &Fetcher) -> Result<CudaDevice, LoadError> {
+        let cache = fetcher.kernel_cache();
+        let gpu = Gpu::open(0, Some(&cache), options.kernels).map_err(|e| LoadError::Device(e.to_string()))?;
         let total = gpu.total_memory().map_err(|e| LoadError::Device(e.to_string()))?;
         let cap = memory_limit.unwrap_or(total / 10 * 9);
-        let (driver, calls) = CudaDriver::new(gpu.clone());
+        let driver = CudaDriver::new(gpu.clone());
         let device =
             spawn_device(Ledger::new(Some(cap), Box::new(driver))).map_err(|e| LoadError::Device(e.to_string()))?;
         tracing::info!(gpu = gpu.name(), memory_bytes = total, cap_bytes = cap, "GPU ready");
-        Ok(CudaDevice { gpu, device, calls, cap })
+        Ok(CudaDevice { gpu, device, cap, options })
     }
 
     /// Allocates through the ledger from outside the actor system.
-    pub fn allocate(
-        &self,
-        kind: MemoryKind,
-        bytes: usize,
-    ) -> Result<tensorfold_actors::device::Allocation, LedgerError> {
+    pub fn allocate(&self, kind: MemoryKind, bytes: usize) -> Result<Allocation, LedgerError> {
         allocate_blocking(&self.device, kind, bytes)
     }
 
@@ -63,8 +72,10 @@ impl CudaDevice {
         sizing: Sizing,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<CudaModel, LoadError> {
-        let mut alloc = |kind, bytes| self.allocate(kind, bytes);
-        crate::model::load_cuda(path, self.gpu.clone(), sizing, &mut alloc, progress)
+        let mut alloc = |kind, bytes| -> Result<Held, MemoryError> {
+            self.allocate(kind, bytes).map(|a| Box::new(a) as Held).map_err(|e| MemoryError(e.to_string()))
+        };
+        tensorfold_engine::model::load_cuda(path, self.gpu.clone(), sizing, self.options, &mut alloc, progress)
     }
 
     /// A KV pool of `num_pages` pages on the GPU, for driving an engine directly (tools and tests).

@@ -3,7 +3,9 @@
 use std::process::{Command, Output};
 
 fn tensorfold(args: &[&str]) -> Output {
-    let model = tensorfold::fetch::default_model_path().expect("fetching the default model");
+    let model = tensorfold::settings::process_fetcher()
+        .and_then(|f| f.default_model_path())
+        .expect("fetching the default model");
     Command::new(env!("CARGO_BIN_EXE_tensorfold"))
         .arg(args[0])
         .arg("--model")
@@ -57,7 +59,9 @@ fn test_bad_input_is_a_message_and_a_nonzero_exit() {
 
 #[test]
 fn test_device_cuda_without_a_gpu_is_a_clear_error() {
-    if tensorfold::cuda_setup::CudaDevice::open(None).is_ok() {
+    let fetcher = tensorfold::settings::process_fetcher().unwrap();
+    let options = tensorfold_engine::llama::cuda::CudaOptions::default();
+    if tensorfold::cuda_setup::CudaDevice::open(None, options, &fetcher).is_ok() {
         eprintln!("skipped: this machine has a GPU");
         return;
     }
@@ -89,4 +93,44 @@ fn test_bench_decodes_after_a_given_context_and_refuses_one_past_the_model() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("--decode-after") && !stderr.contains("panicked"), "{stderr}");
+}
+
+/// Runs the binary as given, with extra environment variables.
+fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorfold"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("running tensorfold")
+}
+
+#[test]
+fn test_settings_lists_every_setting_with_the_values_in_force() {
+    let out = run_with_env(&["settings", "--parallel", "3"], &[("TF_API_KEY", "hunter2")]);
+    let (text, stderr) = (stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    for row in tensorfold::settings::SETTINGS {
+        assert!(text.contains(&row.name()), "{} is missing from:\n{text}", row.name());
+    }
+    assert!(text.contains("3 (flag)") && text.contains("set (environment)"), "{text}");
+    assert!(!text.contains("hunter2"), "a secret was printed");
+}
+
+#[test]
+fn test_a_bad_setting_is_refused_at_start_up_naming_it() {
+    let cases: [(&[&str], &[(&str, &str)], &str); 5] = [
+        (&["serve", "--parallel", "0"], &[], "error: --parallel: must be between 1 and 4096, not 0"),
+        (&["serve", "--port", "http"], &[], "error: --port: expected a whole number, got \"http\""),
+        (&["serve"], &[("TF_MEMORY_LIMIT", "lots")], "error: TF_MEMORY_LIMIT: expected a whole number"),
+        (&["generate", "--prompt", "x"], &[("TF_KERNELS", "neon")], "error: TF_KERNELS: must be one of auto, avx2"),
+        (&["bench", "--device", "cuda"], &[("TF_CUDA_GRAPHS", "on")], "error: TF_CUDA_GRAPHS: must be 0 or 1"),
+    ];
+    for (args, env, want) in cases {
+        let out = run_with_env(args, env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
 }

@@ -4,24 +4,25 @@
 mod common;
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{json, Value};
-use tensorfold::cuda_llama::{CudaLlama, Sizing};
 use tensorfold::cuda_setup::CudaDevice;
-use tensorfold::generate::{Sequence, PAGE_TOKENS};
-use tensorfold::hf::HfCheckpoint;
-use tensorfold::llama::Llama;
-use tensorfold::sampling::SamplingParams;
 use tensorfold_actors::coordinator::Schedule;
 use tensorfold_actors::cuda_driver::CudaDriver;
 use tensorfold_actors::device::{spawn_device, Allocate, Snapshot};
-use tensorfold_actors::engine::{Engine, KvPool, LaneStep, Logits};
-use tensorfold_actors::ledger::{Ledger, LedgerError, MemoryKind};
-use tensorfold_actors::request_types::{Event, Output, TextDecoder, ValidRequest};
+use tensorfold_actors::ledger::{DevicePtr, DriverError, DriverTable, Ledger, LedgerError, MemoryKind};
+use tensorfold_actors::request_types::{Event, Output, TextDecoder, TokenWork, ValidRequest, Work};
 use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
+use tensorfold_engine::boundary::{Engine, KvPool, LaneStep, Logits};
+use tensorfold_engine::checkpoint::hf::HfCheckpoint;
+use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};
+use tensorfold_engine::llama::cuda::{CudaLlama, CudaOptions, Sizing};
+use tensorfold_engine::llama::Llama;
+use tensorfold_engine::memory::{Held, MemoryError};
+use tensorfold_engine::sampling::SamplingParams;
 
 use common::Rng;
 
@@ -29,7 +30,8 @@ const VOCAB: usize = 1000;
 
 /// The GPU, or `None` after printing why the test is skipped.
 fn gpu() -> Option<CudaDevice> {
-    match CudaDevice::open(None) {
+    let fetcher = tensorfold::settings::process_fetcher().expect("a cache directory");
+    match CudaDevice::open(None, CudaOptions::default(), &fetcher) {
         Ok(dev) => Some(dev),
         Err(e) => {
             eprintln!("skipped: {e}");
@@ -120,8 +122,17 @@ fn normal(rng: &mut Rng) -> f32 {
 
 fn load(dev: &CudaDevice, dir: &Path, sizing: Sizing) -> CudaLlama {
     let ckpt = HfCheckpoint::open(dir).unwrap();
-    let mut alloc = |kind, bytes| dev.allocate(kind, bytes);
-    CudaLlama::load(&ckpt, dev.gpu.clone(), sizing, &mut alloc, &mut |_, _| {}).unwrap()
+    let mut alloc = |kind, bytes| -> Result<Held, MemoryError> {
+        dev.allocate(kind, bytes).map(|a| Box::new(a) as Held).map_err(|e| MemoryError(e.to_string()))
+    };
+    CudaLlama::load(&ckpt, dev.gpu.clone(), sizing, CudaOptions::default(), &mut alloc, &mut |_, _| {}).unwrap()
+}
+
+/// Sets the model's switches for the rounds that follow.
+fn switch(model: &mut CudaLlama, set: impl FnOnce(&mut CudaOptions)) {
+    let mut options = model.options();
+    set(&mut options);
+    model.set_options(options);
 }
 
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
@@ -136,7 +147,7 @@ fn tokens(rng: &mut Rng, n: usize) -> Vec<u32> {
 fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
     let Some(dev) = gpu() else { return };
     let dir = checkpoint("llama", 1);
-    let model = load(&dev, dir.path(), Sizing { max_tokens: 512, max_lanes: 256, context: 256 });
+    let mut model = load(&dev, dir.path(), Sizing { max_tokens: 512, max_lanes: 256, context: 256 });
     let mut pool: KvPool = dev.kv_pool(&model, PAGE_TOKENS, 1024).unwrap();
     let mut rng = Rng(2);
     // 150 positions span three attention splits, folded in one block or by the combine kernel.
@@ -144,10 +155,10 @@ fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
     let probe_pages: Vec<u32> = (0..(151u32).div_ceil(PAGE_TOKENS as u32)).collect();
     let first_free = probe_pages.len() as u32;
     let prefill = LaneStep { tokens: &prompt, start_pos: 0, pages: &probe_pages, logits: Logits::None };
-    model.forward(&mut pool, &[prefill]);
+    model.forward(&mut pool, &[prefill]).unwrap();
     let next = [7u32];
     let step = || LaneStep { tokens: &next, start_pos: prompt.len(), pages: &probe_pages, logits: Logits::Last };
-    let alone = model.forward(&mut pool, &[step()]).remove(0);
+    let alone = model.forward(&mut pool, &[step()]).unwrap().remove(0);
     for size in [2usize, 3, 16, 17, 64, 100, 255, 256] {
         let others = tokens(&mut rng, size - 1);
         let pages: Vec<Vec<u32>> = (0..size - 1).map(|i| vec![first_free + i as u32 * 3]).collect();
@@ -158,7 +169,7 @@ fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
             .map(|(t, p)| LaneStep { tokens: std::slice::from_ref(t), start_pos: 0, pages: p, logits: Logits::Last })
             .collect();
         lanes.insert(at, step());
-        let out = model.forward(&mut pool, &lanes);
+        let out = model.forward(&mut pool, &lanes).unwrap();
         assert!(same_bits(&alone, &out[at]), "the row differs inside a batch of {size} rows at {at}");
     }
 }
@@ -171,12 +182,10 @@ fn test_graph_replays_fused_rope_and_folded_norms_equal_direct_launches_over_dec
     let Some(dev) = gpu() else { return };
     for (arch, seed) in [("qwen2", 5), ("qwen3", 6), ("llama", 7)] {
         let dir = checkpoint(arch, seed);
-        let model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 3, context: 128 });
+        let mut model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 3, context: 128 });
         let prompts: Vec<Vec<u32>> = (0..3).map(|i| tokens(&mut Rng(30 + i), 5 + 3 * i as usize)).collect();
-        let run = |graphs: bool, fuse: bool, fold: bool| {
-            model.set_graphs(graphs);
-            model.set_fuse_rope(fuse);
-            model.set_fold_norms(fold);
+        let mut run = |graphs: bool, fuse: bool, fold: bool| {
+            switch(&mut model, |o| (o.graphs, o.fuse_rope, o.fold_norms) = (graphs, fuse, fold));
             let mut pool = dev.kv_pool(&model, PAGE_TOKENS, 24).unwrap();
             let pages: Vec<Vec<u32>> = (0..3).map(|i| (8 * i..8 * i + 8).collect()).collect();
             let mut seqs: Vec<Vec<u32>> = prompts.clone();
@@ -195,7 +204,7 @@ fn test_graph_replays_fused_rope_and_folded_norms_equal_direct_launches_over_dec
                         },
                     })
                     .collect();
-                let out = model.forward(&mut pool, &lanes);
+                let out = model.forward(&mut pool, &lanes).unwrap();
                 for (s, l) in seqs.iter_mut().zip(&out) {
                     s.push(tensorfold_kernels::ops::argmax(l) as u32);
                 }
@@ -220,13 +229,14 @@ fn test_graph_replays_fused_rope_and_folded_norms_equal_direct_launches_over_dec
 fn test_a_graph_is_not_replayed_on_a_pool_with_other_values() {
     let Some(dev) = gpu() else { return };
     let dir = checkpoint("llama", 6);
-    let model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 1, context: 128 });
+    let mut model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 1, context: 128 });
     let pages: Vec<u32> = (0..8).collect();
-    let run = |pool: &mut KvPool, prompt: &[u32], graphs: bool| {
-        model.set_graphs(graphs);
+    let run = |model: &mut CudaLlama, pool: &mut KvPool, prompt: &[u32], graphs: bool| {
+        switch(model, |o| o.graphs = graphs);
         let mut seq = prompt.to_vec();
-        let mut logits =
-            model.forward(pool, &[LaneStep { tokens: &seq, start_pos: 0, pages: &pages, logits: Logits::Last }]);
+        let mut logits = model
+            .forward(pool, &[LaneStep { tokens: &seq, start_pos: 0, pages: &pages, logits: Logits::Last }])
+            .unwrap();
         for _ in 0..4 {
             seq.push(tensorfold_kernels::ops::argmax(&logits[0]) as u32);
             let step = LaneStep {
@@ -235,7 +245,7 @@ fn test_a_graph_is_not_replayed_on_a_pool_with_other_values() {
                 pages: &pages,
                 logits: Logits::Last,
             };
-            logits = model.forward(pool, &[step]);
+            logits = model.forward(pool, &[step]).unwrap();
         }
         logits.remove(0)
     };
@@ -247,9 +257,10 @@ fn test_a_graph_is_not_replayed_on_a_pool_with_other_values() {
     let ptrs = [keys, values.ptr().0];
     let mut second = KvPool::on_device(layout, 8, Box::new(owner), Box::new(values), ptrs);
     let (a, b) = (tokens(&mut Rng(40), 5), tokens(&mut Rng(41), 5));
-    let direct = run(&mut second, &b, false);
-    run(&mut first, &a, true);
-    assert!(same_bits(&direct, &run(&mut second, &b, true)), "a graph recorded on another pool was replayed");
+    let direct = run(&mut model, &mut second, &b, false);
+    run(&mut model, &mut first, &a, true);
+    let replayed = run(&mut model, &mut second, &b, true);
+    assert!(same_bits(&direct, &replayed), "a graph recorded on another pool was replayed");
 }
 
 /// The GPU's greedy pick of a row is the index `ops::argmax` takes: the first on ties, never a NaN, 0 after a
@@ -290,10 +301,10 @@ fn test_gpu_argmax_picks_as_the_host_does() {
 fn test_greedy_rounds_with_picks_on_the_gpu_equal_the_host_argmax() {
     let Some(dev) = gpu() else { return };
     let dir = checkpoint("llama", 8);
-    let model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 3, context: 128 });
+    let mut model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 3, context: 128 });
     let prompts: Vec<Vec<u32>> = (0..3).map(|i| tokens(&mut Rng(60 + i), 4 + 5 * i as usize)).collect();
-    let run = |on_gpu: bool, kind: Logits| {
-        model.set_gpu_argmax(on_gpu);
+    let mut run = |on_gpu: bool, kind: Logits| {
+        switch(&mut model, |o| o.gpu_argmax = on_gpu);
         let mut pool = dev.kv_pool(&model, PAGE_TOKENS, 24).unwrap();
         let pages: Vec<Vec<u32>> = (0..3).map(|i| (8 * i..8 * i + 8).collect()).collect();
         let mut seqs = prompts.clone();
@@ -306,7 +317,7 @@ fn test_greedy_rounds_with_picks_on_the_gpu_equal_the_host_argmax() {
                     LaneStep { tokens: &s[start..], start_pos: start, pages: p, logits: kind }
                 })
                 .collect();
-            let out = model.forward(&mut pool, &lanes);
+            let out = model.forward(&mut pool, &lanes).unwrap();
             for (s, l) in seqs.iter_mut().zip(&out) {
                 s.push(match kind {
                     Logits::Argmax => l[0] as u32,
@@ -327,13 +338,13 @@ fn test_a_prompt_prefilled_whole_equals_it_in_chunks_of_1_7_64_512() {
     let dir = checkpoint("qwen3", 3);
     // 2,200 positions: 35 attention splits, more than the 32 blocks a row runs side by side.
     let len = 2200;
-    let model = load(&dev, dir.path(), Sizing { max_tokens: len, max_lanes: 4, context: len + 100 });
+    let mut model = load(&dev, dir.path(), Sizing { max_tokens: len, max_lanes: 4, context: len + 100 });
     let prompt = tokens(&mut Rng(4), len);
-    let run = |chunk: usize, fuse: bool| {
-        model.set_fuse_rope(fuse);
+    let mut run = |chunk: usize, fuse: bool| {
+        switch(&mut model, |o| o.fuse_rope = fuse);
         let pool = dev.kv_pool(&model, PAGE_TOKENS, (len + 100) / PAGE_TOKENS + 1).unwrap();
-        let mut seq = Sequence::with_pool(&model, pool);
-        seq.extend(&prompt, chunk, Logits::All)
+        let mut seq = Sequence::with_pool(&mut model, pool);
+        seq.extend(&prompt, chunk, Logits::All).unwrap()
     };
     let whole = run(len, false);
     assert_eq!(whole.len(), len * VOCAB);
@@ -349,13 +360,14 @@ fn test_gpu_logits_agree_with_the_cpu_path_on_each_variant() {
     let Some(dev) = gpu() else { return };
     for (i, arch) in ["llama", "qwen2", "qwen3"].into_iter().enumerate() {
         let dir = checkpoint(arch, 10 + i as u64);
-        let gpu_model = load(&dev, dir.path(), Sizing { max_tokens: 256, max_lanes: 1, context: 256 });
+        let mut gpu_model = load(&dev, dir.path(), Sizing { max_tokens: 256, max_lanes: 1, context: 256 });
         let cpu_model = Llama::load(&HfCheckpoint::open(dir.path()).unwrap()).unwrap();
         let prompt = tokens(&mut Rng(20 + i as u64), 50);
         let pool = dev.kv_pool(&gpu_model, PAGE_TOKENS, 8).unwrap();
-        let mut on_gpu = Sequence::with_pool(&gpu_model, pool);
+        let mut on_gpu = Sequence::with_pool(&mut gpu_model, pool);
         let mut on_cpu = Sequence::new(&cpu_model, 128);
-        let (mut g, mut c) = (on_gpu.extend(&prompt, 64, Logits::Last), on_cpu.extend(&prompt, 64, Logits::Last));
+        let (mut g, mut c) =
+            (on_gpu.extend(&prompt, 64, Logits::Last).unwrap(), on_cpu.extend(&prompt, 64, Logits::Last).unwrap());
         let mut agreed = 0;
         for _ in 0..16 {
             let err = g.iter().zip(&c).map(|(a, b)| (a - b).powi(2)).sum::<f32>().sqrt();
@@ -366,17 +378,52 @@ fn test_gpu_logits_agree_with_the_cpu_path_on_each_variant() {
                 break;
             }
             agreed += 1;
-            (g, c) = (on_gpu.extend(&[tg as u32], 1, Logits::Last), on_cpu.extend(&[tc as u32], 1, Logits::Last));
+            (g, c) = (
+                on_gpu.extend(&[tg as u32], 1, Logits::Last).unwrap(),
+                on_cpu.extend(&[tc as u32], 1, Logits::Last).unwrap(),
+            );
         }
         eprintln!("{arch}: greedy agreed for {agreed} of 16 steps");
         assert!(agreed >= 4, "{arch}: greedy tokens agree for only {agreed} steps");
     }
 }
 
+/// How often the ledger reached the driver, to show a refusal never does.
+#[derive(Default)]
+struct Calls {
+    allocs: AtomicUsize,
+    failures: AtomicUsize,
+}
+
+/// The CUDA driver, counting the calls that reach it.
+struct Counted(CudaDriver, Arc<Calls>);
+
+impl DriverTable for Counted {
+    fn alloc(&mut self, kind: MemoryKind, bytes: usize) -> Result<DevicePtr, DriverError> {
+        self.1.allocs.fetch_add(1, Ordering::SeqCst);
+        let result = self.0.alloc(kind, bytes);
+        self.1.failures.fetch_add(result.is_err() as usize, Ordering::SeqCst);
+        result
+    }
+
+    fn free(&mut self, kind: MemoryKind, ptr: DevicePtr, bytes: usize) {
+        self.0.free(kind, ptr, bytes);
+    }
+
+    fn is_host_addressable(&self, kind: MemoryKind) -> bool {
+        self.0.is_host_addressable(kind)
+    }
+}
+
+fn counted(dev: &CudaDevice) -> (Counted, Arc<Calls>) {
+    let calls = Arc::new(Calls::default());
+    (Counted(CudaDriver::new(dev.gpu.clone()), calls.clone()), calls)
+}
+
 #[actix::test]
 async fn test_a_refused_allocation_never_reaches_the_driver_and_a_failed_one_is_refunded() {
     let Some(dev) = gpu() else { return };
-    let (driver, calls) = CudaDriver::new(dev.gpu.clone());
+    let (driver, calls) = counted(&dev);
     let device = spawn_device(Ledger::new(Some(1 << 30), Box::new(driver))).unwrap();
     let held = device.send(Allocate { kind: MemoryKind::KvCache, bytes: 1 << 29 }).await.unwrap().unwrap();
     let pinned = device.send(Allocate { kind: MemoryKind::PinnedHost, bytes: 1 << 20 }).await.unwrap().unwrap();
@@ -388,7 +435,7 @@ async fn test_a_refused_allocation_never_reaches_the_driver_and_a_failed_one_is_
     drop((held, pinned));
     let before = device.send(Snapshot).await.unwrap();
     assert_eq!(before.total_used, 0);
-    let (driver, calls) = CudaDriver::new(dev.gpu.clone());
+    let (driver, calls) = counted(&dev);
     let device = spawn_device(Ledger::new(Some(usize::MAX / 2), Box::new(driver))).unwrap();
     let failed = device.send(Allocate { kind: MemoryKind::Activations, bytes: 1 << 50 }).await.unwrap();
     assert!(matches!(failed, Err(LedgerError::Driver { .. })), "{failed:?}");
@@ -411,8 +458,7 @@ impl TextDecoder for Ids {
 fn request(prompt: Vec<u32>, seed: u64) -> ValidRequest {
     let sampling =
         SamplingParams { temperature: 0.9, top_k: 50, top_p: 0.95, min_p: 0.0, repetition_penalty: 1.0, seed };
-    ValidRequest {
-        model: 0,
+    let work = TokenWork {
         prompt,
         max_tokens: 24,
         sampling,
@@ -420,7 +466,8 @@ fn request(prompt: Vec<u32>, seed: u64) -> ValidRequest {
         stop_strings: Vec::new(),
         logprobs: None,
         output: Output::Text(Box::new(Ids)),
-    }
+    };
+    ValidRequest { model: "qwen2".into(), work: Work::Tokens(work) }
 }
 
 async fn collect(runtime: &Runtime, req: ValidRequest) -> Vec<u32> {
@@ -430,7 +477,7 @@ async fn collect(runtime: &Runtime, req: ValidRequest) -> Vec<u32> {
         match e {
             Event::Token { id, .. } => ids.push(id),
             Event::Done { .. } => return ids,
-            Event::Error { message } => panic!("{message}"),
+            Event::Error(e) => panic!("{e}"),
             Event::Audio { .. } => panic!("audio from a text lane"),
         }
     }
@@ -443,6 +490,7 @@ async fn test_the_runtime_on_cuda_gives_each_request_its_solo_tokens_among_other
     let dir = checkpoint("qwen2", 30);
     let model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 8, context: 512 });
     let spec = ModelSpec {
+        name: "qwen2".into(),
         kind: ModelKind::Tokens { engine: Box::new(model), codec: None },
         context: 512,
         weight_bytes: 0,

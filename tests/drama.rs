@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use serde_json::Value;
-use tensorfold::drama::{DramaError, DramaLayout, DramaModel, ORPHEUS_VOICES};
-use tensorfold::generate::Finish;
-use tensorfold::sampling::SamplingParams;
-use tensorfold::tokenizer::Tokenizer;
+use tensorfold_engine::generate::Finish;
+use tensorfold_engine::sampling::SamplingParams;
+use tensorfold_engine::speech::drama::{DramaError, DramaLayout, DramaModel, ORPHEUS_VOICES};
+use tensorfold_engine::text::tokenizer::Tokenizer;
 
 const MIN_SNR_DB: f64 = 60.0;
 /// The language model's files, without the codec.
@@ -137,14 +137,14 @@ fn test_seeded_synthesis_is_deterministic_and_follows_the_seed() {
     assert_eq!(bits(&a.pcm), bits(&b.pcm));
     assert!(a.frames.num_frames() > 0);
     assert_ne!(a.tokens, c.tokens, "another seed should give other speech");
-    let orpheus = tensorfold::drama::orpheus_sampling(3);
+    let orpheus = tensorfold_engine::speech::drama::orpheus_sampling(3);
     assert_eq!(run(&orpheus).tokens, run(&orpheus).tokens);
 }
 
 #[test]
 fn test_unknown_voice_is_an_error_listing_the_valid_voices() {
     let err = model().synthesize("nova", "Hello.", &greedy(), 16).unwrap_err();
-    assert!(matches!(err, DramaError::UnknownVoice { .. }), "{err:?}");
+    assert!(matches!(err, DramaError::UnknownVoice(_)), "{err:?}");
     let message = err.to_string();
     assert!(message.contains("\"nova\""), "{message}");
     assert!(message.contains(&ORPHEUS_VOICES.join(", ")), "{message}");

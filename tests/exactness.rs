@@ -2,15 +2,15 @@
 
 mod common;
 
-use tensorfold::generate::PAGE_TOKENS;
-use tensorfold_actors::engine::{Engine, KvPool, LaneStep, Logits};
+use tensorfold_engine::boundary::{Engine, KvPool, LaneStep, Logits};
+use tensorfold_engine::generate::PAGE_TOKENS;
 
-fn prompt(tok: &tensorfold::tokenizer::Tokenizer, text: &str) -> Vec<u32> {
+fn prompt(tok: &tensorfold_engine::text::tokenizer::Tokenizer, text: &str) -> Vec<u32> {
     tok.encode(text, true).unwrap()
 }
 
 /// Runs `prompt` in chunks of `chunk` on its own pages and returns the logits of every position.
-fn chunked_logits(engine: &dyn Engine, prompt: &[u32], chunk: usize) -> Vec<f32> {
+fn chunked_logits(mut engine: impl Engine, prompt: &[u32], chunk: usize) -> Vec<f32> {
     let num_pages = prompt.len().div_ceil(PAGE_TOKENS);
     let mut pool = KvPool::new(engine.kv_layout(PAGE_TOKENS), num_pages + 3);
     let pages: Vec<u32> = (3..3 + num_pages as u32).collect();
@@ -18,7 +18,7 @@ fn chunked_logits(engine: &dyn Engine, prompt: &[u32], chunk: usize) -> Vec<f32>
     for start in (0..prompt.len()).step_by(chunk) {
         let end = (start + chunk).min(prompt.len());
         let step = LaneStep { tokens: &prompt[start..end], start_pos: start, pages: &pages, logits: Logits::All };
-        out.extend(engine.forward(&mut pool, &[step]).remove(0));
+        out.extend(engine.forward(&mut pool, &[step]).expect("a CPU pass runs").remove(0));
     }
     out
 }
@@ -58,7 +58,7 @@ fn test_lane_alone_equals_lane_among_others() {
     lanes.push(LaneStep { tokens: &others[1], start_pos: 0, pages: &page_sets[1], logits: Logits::None });
     lanes.push(LaneStep { tokens: &probe, start_pos: 0, pages: &page_sets[2], logits: Logits::All });
     lanes.push(LaneStep { tokens: &others[2], start_pos: 0, pages: &page_sets[3], logits: Logits::All });
-    let out = model.llama.forward(&mut pool, &lanes);
+    let out = model.llama.run(&mut pool, &lanes);
     assert!(same_bits(&alone, &out[2]), "the probe's logits changed when batched with other lanes");
     assert!(out[1].is_empty());
     assert_eq!(out[0].len(), model.llama.vocab_size());
@@ -78,13 +78,13 @@ fn test_decode_step_among_others_equals_decode_alone() {
         if with_other {
             lanes.push(LaneStep { tokens: &b, start_pos: 0, pages: &pb, logits: Logits::None });
         }
-        model.llama.forward(&mut pool, &lanes);
+        model.llama.run(&mut pool, &lanes);
         let next = [42u32];
         let mut lanes = vec![LaneStep { tokens: &next, start_pos: a.len(), pages: &pa, logits: Logits::Last }];
         if with_other {
             lanes.insert(0, LaneStep { tokens: &next, start_pos: b.len(), pages: &pb, logits: Logits::Last });
         }
-        model.llama.forward(&mut pool, &lanes).pop().unwrap()
+        model.llama.run(&mut pool, &lanes).pop().unwrap()
     };
     assert!(same_bits(&run(false), &run(true)));
 }

@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
-use tensorfold::generate::Sequence;
-use tensorfold::hf::HfCheckpoint;
-use tensorfold::llama::Llama;
-use tensorfold::sampling::SamplingParams;
-use tensorfold_actors::engine::Logits;
+use tensorfold_engine::boundary::Logits;
+use tensorfold_engine::checkpoint::hf::HfCheckpoint;
+use tensorfold_engine::generate::Sequence;
+use tensorfold_engine::llama::Llama;
+use tensorfold_engine::sampling::SamplingParams;
 
 const SHAPES: [&str; 4] = ["tiny-llama3", "tiny-llama2", "tiny-qwen2", "tiny-qwen3"];
 const TOLERANCE: f32 = 1e-4;
@@ -41,7 +41,7 @@ fn test_logits_match_the_reference_within_1e_4() {
         for (i, p) in golden["prompts"].as_array().unwrap().iter().enumerate() {
             let prompt = ids(&p["ids"]);
             let mut seq = Sequence::new(&model, prompt.len());
-            let all = seq.extend(&prompt, 7, Logits::All);
+            let all = seq.extend(&prompt, 7, Logits::All).unwrap();
             let vocab = all.len() / prompt.len();
             let err = relative_error(&all[all.len() - vocab..], &floats(&p["last_logits"]));
             assert!(err <= TOLERANCE, "{shape} prompt {i}: last-position relative error {err}");
@@ -68,7 +68,8 @@ fn test_greedy_tokens_match_the_reference_for_64_steps() {
             seq.generate(&prompt, want.len(), &greedy, &[], |t| {
                 got.push(t);
                 true
-            });
+            })
+            .unwrap();
             assert_eq!(got, want, "{shape} prompt {i}");
         }
     }

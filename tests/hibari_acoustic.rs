@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use serde_json::Value;
-use tensorfold::hibari::acoustic::{AcousticError, AcousticModel, DecodedFrames, Prepared, DEC_CHANNELS, NUM_BINS};
+use tensorfold_engine::speech::hibari::acoustic::{
+    AcousticError, AcousticModel, DecodedFrames, Prepared, DEC_CHANNELS, NUM_BINS,
+};
 
 const TOLERANCE: f32 = 1e-4;
 /// f0 is in Hz, 100 times a network output: the reference's own f32 rounding already moves it by a few
@@ -22,7 +24,7 @@ fn data_dir() -> PathBuf {
 fn model() -> Option<&'static AcousticModel> {
     static MODEL: OnceLock<Option<AcousticModel>> = OnceLock::new();
     MODEL
-        .get_or_init(|| match tensorfold::fetch::hibari_dir() {
+        .get_or_init(|| match tensorfold::settings::process_fetcher().and_then(|f| f.hibari_dir()) {
             Ok(dir) => Some(AcousticModel::open_dir(&dir).expect("opening hibari.onnx")),
             Err(e) if std::env::var_os("CI").is_none() => {
                 println!("skipping: the hibari voice cannot be fetched ({e})");

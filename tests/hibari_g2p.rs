@@ -4,7 +4,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use serde::Deserialize;
-use tensorfold::hibari::g2p::G2p;
+use tensorfold_engine::speech::hibari::g2p::G2p;
 
 #[derive(Deserialize)]
 struct Goldens {
@@ -39,7 +39,7 @@ fn goldens() -> Goldens {
 fn g2p() -> Option<&'static G2p> {
     static G2P: OnceLock<Option<G2p>> = OnceLock::new();
     G2P.get_or_init(|| {
-        let dir = match tensorfold::fetch::hibari_dir() {
+        let dir = match tensorfold::settings::process_fetcher().and_then(|f| f.hibari_dir()) {
             Ok(dir) => dir,
             Err(e) if std::env::var_os("CI").is_none() => {
                 println!("skipping: the hibari voice could not be fetched: {e}");
@@ -127,7 +127,7 @@ fn test_load_names_the_missing_file() {
 #[test]
 fn test_load_names_the_file_with_bad_json() {
     let Some(_) = g2p() else { return };
-    let source = tensorfold::fetch::hibari_dir().expect("fetched above");
+    let source = tensorfold::settings::process_fetcher().and_then(|f| f.hibari_dir()).expect("fetched above");
     let dir = tempfile::tempdir().expect("temp dir");
     for entry in std::fs::read_dir(&source).expect("voice dir") {
         let path = entry.expect("entry").path();

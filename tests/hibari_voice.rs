@@ -8,16 +8,15 @@ use std::sync::{Arc, OnceLock};
 
 use common::events::drain;
 use futures_util::future::join_all;
-use tensorfold::hibari::voice::HibariModel;
-use tensorfold::hibari::{HibariText, HibariVoice};
-use tensorfold::sampling::SamplingParams;
 use tensorfold::server::validate::TokenizerDecoder;
-use tensorfold::speech::VoiceText;
-use tensorfold::tokenizer::Tokenizer;
 use tensorfold_actors::coordinator::Schedule;
-use tensorfold_actors::request_types::{Output, ValidRequest};
+use tensorfold_actors::request_types::{Output, TokenWork, ValidRequest, VoiceInput, Work};
 use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
-use tensorfold_actors::voice::VoiceInput;
+use tensorfold_engine::sampling::SamplingParams;
+use tensorfold_engine::speech::hibari::voice::HibariModel;
+use tensorfold_engine::speech::hibari::{HibariText, HibariVoice};
+use tensorfold_engine::speech::speakers::VoiceText;
+use tensorfold_engine::text::tokenizer::Tokenizer;
 
 const TEXTS: [&str; 4] = [
     "Hello there.",
@@ -28,7 +27,7 @@ const TEXTS: [&str; 4] = [
 
 /// The voice's files, or `None` (a skip) when they cannot be fetched outside CI.
 fn voice_dir() -> Option<PathBuf> {
-    match tensorfold::fetch::hibari_dir() {
+    match tensorfold::settings::process_fetcher().and_then(|f| f.hibari_dir()) {
         Ok(dir) => Some(dir),
         Err(e) => {
             assert!(std::env::var_os("CI").is_none(), "CI fetches the voice first: {e}");
@@ -57,19 +56,25 @@ fn input(l: &Loaded, i: usize, speed: f32) -> VoiceInput {
     l.text.input(TEXTS[i % TEXTS.len()], speed, 40 + i as u64).unwrap()
 }
 
-/// A runtime with the drama checkpoint as text model 0 and the voice as model 1.
+fn voice(input: VoiceInput) -> ValidRequest {
+    ValidRequest { model: "voice".into(), work: Work::Voice(input) }
+}
+
+/// A runtime with the drama checkpoint as the text model `text` and the voice as `voice`.
 async fn start(l: &Loaded) -> Runtime {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/drama");
-    let text = tensorfold::model::load(&dir, &mut |_, _| {}).unwrap();
+    let text = tensorfold_engine::model::load(&dir, &mut |_, _| {}).unwrap();
     let context = text.llama.config().max_position;
     let models = vec![
         ModelSpec {
+            name: "text".into(),
             kind: ModelKind::Tokens { engine: Box::new(text.llama), codec: None },
             context,
             weight_bytes: 0,
             activation_bytes: 0,
         },
         ModelSpec {
+            name: "voice".into(),
             kind: ModelKind::Voice(Box::new(HibariModel(l.voice.clone()))),
             context: 0,
             weight_bytes: 0,
@@ -85,8 +90,7 @@ async fn start(l: &Loaded) -> Runtime {
 fn chat(i: usize) -> ValidRequest {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/drama");
     let tokenizer = Arc::new(Tokenizer::from_hf_dir(&dir).unwrap());
-    ValidRequest {
-        model: 0,
+    let work = TokenWork {
         prompt: tokenizer.encode(&format!("Story {i}:"), true).unwrap(),
         max_tokens: 30,
         sampling: SamplingParams { temperature: 0.8, seed: i as u64, ..Default::default() },
@@ -94,7 +98,8 @@ fn chat(i: usize) -> ValidRequest {
         stop_strings: Vec::new(),
         logprobs: None,
         output: Output::Text(Box::new(TokenizerDecoder::new(tokenizer))),
-    }
+    };
+    ValidRequest { model: "text".into(), work: Work::Tokens(work) }
 }
 
 #[actix::test]
@@ -104,7 +109,7 @@ async fn test_streamed_windows_equal_one_pass_per_sentence() {
     for (i, speed) in [(0, 1.0), (1, 1.0), (2, 1.25), (3, 0.8)] {
         let input = input(l, i, speed);
         let one_pass: Vec<u32> = l.voice.synthesize(&input).unwrap().iter().map(|s| s.to_bits()).collect();
-        let (streamed, pieces, _) = drain(rt.submit_voice(1, input).await.unwrap()).await;
+        let (streamed, pieces, _) = drain(rt.submit(voice(input)).await.unwrap()).await;
         assert!(!one_pass.is_empty(), "text {i}: no audio");
         assert!(streamed == one_pass, "text {i}: streamed audio differs from one pass");
         assert!(pieces > 1, "text {i}: the audio came in one piece");
@@ -118,13 +123,13 @@ async fn test_voice_beside_text_and_other_voices_equals_voice_alone() {
     let mut solo_voice = Vec::new();
     let mut solo_text = Vec::new();
     for i in 0..4 {
-        solo_voice.push(drain(rt.submit_voice(1, input(l, i, 1.0)).await.unwrap()).await.0);
+        solo_voice.push(drain(rt.submit(voice(input(l, i, 1.0))).await.unwrap()).await.0);
         solo_text.push(drain(rt.submit(chat(i)).await.unwrap()).await.2);
     }
     let mut receivers = Vec::new();
     for i in 0..4 {
         receivers.push(rt.submit(chat(i)).await.unwrap());
-        receivers.push(rt.submit_voice(1, input(l, i, 1.0)).await.unwrap());
+        receivers.push(rt.submit(voice(input(l, i, 1.0))).await.unwrap());
     }
     let together = join_all(receivers.into_iter().map(drain)).await;
     for i in 0..4 {

@@ -3,9 +3,9 @@
 mod common;
 
 use serde_json::Value;
-use tensorfold::generate::Sequence;
-use tensorfold::sampling::SamplingParams;
-use tensorfold_actors::engine::Logits;
+use tensorfold_engine::boundary::Logits;
+use tensorfold_engine::generate::Sequence;
+use tensorfold_engine::sampling::SamplingParams;
 
 fn golden() -> Value {
     serde_json::from_str(include_str!("data/smollm2_greedy.json")).unwrap()
@@ -37,7 +37,8 @@ fn test_greedy_tokens_equal_the_reference_for_64_steps() {
         seq.generate(&prompt, want.len(), &greedy, &[], |t| {
             got.push(t);
             true
-        });
+        })
+        .unwrap();
         if got != want {
             let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
             failures.push(format!("{}: first difference at step {at}", case["prompt"]));
@@ -52,7 +53,7 @@ fn test_first_step_logits_are_close_to_the_reference() {
     for case in golden()["cases"].as_array().unwrap() {
         let prompt = ids(&case["prompt_ids"]);
         let mut seq = Sequence::new(&model.llama, prompt.len());
-        let logits = seq.extend(&prompt, 64, Logits::Last);
+        let logits = seq.extend(&prompt, 64, Logits::Last).unwrap();
         for pair in case["first_top20"].as_array().unwrap() {
             let (id, want) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
             let got = logits[id];

@@ -8,15 +8,16 @@ use std::sync::Arc;
 
 use common::events::drain;
 use futures_util::future::join_all;
-use tensorfold::drama::{orpheus_sampling, DramaModel};
-use tensorfold::generate::PAGE_TOKENS;
-use tensorfold::sampling::SamplingParams;
 use tensorfold::server::validate::TokenizerDecoder;
-use tensorfold::speech::SpeechFrontEnd;
-use tensorfold::tokenizer::Tokenizer;
+use tensorfold::wiring::drama_spec;
 use tensorfold_actors::coordinator::Schedule;
-use tensorfold_actors::request_types::{Output, ValidRequest};
+use tensorfold_actors::request_types::{Output, TokenWork, ValidRequest, Work};
 use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
+use tensorfold_engine::generate::PAGE_TOKENS;
+use tensorfold_engine::sampling::SamplingParams;
+use tensorfold_engine::speech::drama::{orpheus_sampling, DramaModel};
+use tensorfold_engine::speech::speakers::SpeechFrontEnd;
+use tensorfold_engine::text::tokenizer::Tokenizer;
 
 const TEXTS: [(&str, &str); 3] = [
     ("tara", "Hello there, how are you today?"),
@@ -40,24 +41,25 @@ enum Text {
 }
 
 /// A runtime serving the checkpoint's speech, and text as `text` says; the speech front end; the text lanes' model.
-async fn start(text: Text, parallel: usize) -> (Runtime, SpeechFrontEnd, usize) {
+async fn start(text: Text, parallel: usize) -> (Runtime, SpeechFrontEnd, String) {
     let mut models = Vec::new();
     if let Text::OtherModel = text {
-        let loaded = tensorfold::model::load(&dir(), &mut |_, _| {}).unwrap();
+        let loaded = tensorfold_engine::model::load(&dir(), &mut |_, _| {}).unwrap();
         let context = loaded.llama.config().max_position;
         models.push(ModelSpec {
+            name: "text".into(),
             weight_bytes: loaded.llama.num_weight_bytes(),
             activation_bytes: 0,
             kind: ModelKind::Tokens { engine: Box::new(loaded.llama), codec: None },
             context,
         });
     }
-    let (spec, front) = SpeechFrontEnd::open(&dir(), models.len(), 64, parallel).unwrap();
+    let (llama, codec, front) = SpeechFrontEnd::open(&dir()).unwrap();
     let text_model = match text {
-        Text::OtherModel => 0,
-        Text::None | Text::SameModel => front.model,
+        Text::OtherModel => "text".to_string(),
+        Text::None | Text::SameModel => front.model.clone(),
     };
-    models.push(spec);
+    models.push(drama_spec(front.model.clone(), llama, codec, 64, parallel));
     let schedule = Schedule { round_tokens: 64, parallel, max_waiting: 64 };
     let cfg = RuntimeConfig { page_tokens: PAGE_TOKENS, kv_pages: Some(256), memory_limit: None, schedule };
     (Runtime::start(models, cfg).await.unwrap(), front, text_model)
@@ -70,14 +72,16 @@ fn tokenizer() -> Arc<Tokenizer> {
 fn speech(front: &SpeechFrontEnd, i: usize, sampling: SamplingParams) -> ValidRequest {
     let (voice, text) = TEXTS[i % TEXTS.len()];
     let voice = front.voices().check(Some(voice)).unwrap();
-    let request = front.request(&voice, text, sampling.seed).unwrap();
-    ValidRequest { max_tokens: MAX_TOKENS, sampling, ..request }
+    let work = front.request(&voice, text, sampling.seed).unwrap();
+    ValidRequest {
+        model: front.model.clone(),
+        work: Work::Tokens(TokenWork { max_tokens: MAX_TOKENS, sampling, ..work }),
+    }
 }
 
-fn chat(tokenizer: &Arc<Tokenizer>, model: usize, i: usize) -> ValidRequest {
+fn chat(tokenizer: &Arc<Tokenizer>, model: &str, i: usize) -> ValidRequest {
     let prompt = tokenizer.encode(&format!("A short story number {i} about"), true).unwrap();
-    ValidRequest {
-        model,
+    let work = TokenWork {
         prompt,
         max_tokens: 24 + i * 5,
         sampling: SamplingParams { temperature: 0.9, seed: i as u64, ..Default::default() },
@@ -85,7 +89,8 @@ fn chat(tokenizer: &Arc<Tokenizer>, model: usize, i: usize) -> ValidRequest {
         stop_strings: Vec::new(),
         logprobs: None,
         output: Output::Text(Box::new(TokenizerDecoder::new(tokenizer.clone()))),
-    }
+    };
+    ValidRequest { model: model.to_string(), work: Work::Tokens(work) }
 }
 
 #[actix::test]
@@ -112,11 +117,11 @@ async fn check_speech_beside_text_and_speech(text: Text) {
     let mut solo_text = Vec::new();
     for i in 0..4 {
         solo_speech.push(drain(rt.submit(speech(&front, i, sampling(i))).await.unwrap()).await.0);
-        solo_text.push(drain(rt.submit(chat(&tokenizer, text_model, i)).await.unwrap()).await.2);
+        solo_text.push(drain(rt.submit(chat(&tokenizer, &text_model, i)).await.unwrap()).await.2);
     }
     let mut receivers = Vec::new();
     for i in 0..4 {
-        receivers.push(rt.submit(chat(&tokenizer, text_model, i)).await.unwrap());
+        receivers.push(rt.submit(chat(&tokenizer, &text_model, i)).await.unwrap());
         receivers.push(rt.submit(speech(&front, i, sampling(i))).await.unwrap());
     }
     let together = join_all(receivers.into_iter().map(drain)).await;

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use tensorfold::chat::{render_chat, ChatMessage};
-use tensorfold::error::LoadError;
-use tensorfold::gguf::{GgufFile, Value};
-use tensorfold::tokenizer::{StreamDecoder, Tokenizer};
+use tensorfold_engine::checkpoint::gguf::{GgufFile, Value};
+use tensorfold_engine::error::LoadError;
+use tensorfold_engine::text::chat::{render_chat, ChatMessage};
+use tensorfold_engine::text::tokenizer::{StreamDecoder, Tokenizer};
 
 #[derive(Deserialize)]
 struct Golden {
@@ -43,7 +43,7 @@ fn golden() -> Golden {
 fn model_path() -> PathBuf {
     match std::env::var_os("TF_MODEL") {
         Some(path) => PathBuf::from(path),
-        None => tensorfold::fetch::default_model_path().expect("default model"),
+        None => tensorfold::settings::process_fetcher().and_then(|f| f.default_model_path()).expect("default model"),
     }
 }
 

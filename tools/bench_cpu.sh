@@ -6,7 +6,8 @@
 # Environment: ROUNDS (alternating rounds, default 3; the best of each side is compared),
 #   PROMPT_TOKENS (512), DECODE_TOKENS (128), REPEATS (3, per side per round),
 #   IDLE_WAIT (seconds to wait, before each run, for the CPUs to be idle; default 0: no wait),
-#   TF_CACHE_DIR / XDG_CACHE_HOME (where the model and the bench venv live), PYTHON (python3).
+#   TF_CACHE_DIR / XDG_CACHE_HOME (where the model and the bench venv live), PYTHON (python3),
+#   TF_BIN (a tensorfold binary to measure; default: build this checkout).
 set -euo pipefail
 
 THREADS="${1:-2}"
@@ -38,8 +39,13 @@ if ! "$VPY" -c "import importlib.metadata as m, sys; sys.exit(m.version('xllamac
     "$VPY" -m pip install --quiet --disable-pip-version-check "xllamacpp==$XLLAMACPP_VERSION"
 fi
 
-cargo build --release
-BIN=target/release/tensorfold
+# TF_BIN names a binary to measure instead of this checkout's release build (a before/after pair in one session).
+if [[ -n "${TF_BIN:-}" ]]; then
+    BIN="$TF_BIN"
+else
+    cargo build --release
+    BIN=target/release/tensorfold
+fi
 
 # Without --model the binary fetches the default model into the cache.
 env -u TF_MODEL "$BIN" bench --threads "$THREADS" --prompt-tokens 1 --decode-tokens 1 --repeats 1 >/dev/null

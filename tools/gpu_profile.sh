@@ -32,7 +32,7 @@ command -v ncu > /dev/null || { echo "ncu (Nsight Compute) is not on PATH" >&2; 
 mkdir -p "$OUT_DIR"
 for binary in "${BINARIES[@]}"; do
     name="$(basename "$binary")"
-    TENSORFOLD_CUDA_GRAPHS=0 ncu --clock-control none --csv --launch-skip "$SKIP" --launch-count "$COUNT" \
+    TF_CUDA_GRAPHS=0 ncu --clock-control none --csv --launch-skip "$SKIP" --launch-count "$COUNT" \
         --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
         "$binary" bench --model "$CKPT" --device cuda --prompt-tokens 512 --decode-tokens 32 \
         --decode-after "$AFTER" --repeats 1 > "$OUT_DIR/$name.csv" 2> "$OUT_DIR/$name.log"

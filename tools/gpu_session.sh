@@ -17,7 +17,7 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt"
 echo "== CUDA tests at $(elapsed) s, by default and under each tuning switch"
 .device/cuda-tests --test-threads 1 2>&1 | grep -E "^test |test result|skipped|panicked" | tee "$OUT/tests.txt"
-for switch in TENSORFOLD_CUDA_OVERLAP=0 TENSORFOLD_GEMM_MAX_BLOCKS=0 TENSORFOLD_FUSE_ROPE=1 TENSORFOLD_FOLD_NORMS=0 TENSORFOLD_GPU_ARGMAX=0; do
+for switch in TF_CUDA_OVERLAP=0 TF_CUDA_GEMM_MAX_BLOCKS=0 TF_CUDA_FUSE_ROPE=1 TF_CUDA_FOLD_NORMS=0 TF_CUDA_GPU_ARGMAX=0; do
     echo "$switch: $(env "$switch" .device/cuda-tests --test-threads 1 2>&1 | grep "test result")" | tee -a "$OUT/tests.txt"
 done
 if [[ ! -f "$CKPT/config.json" ]]; then
@@ -29,10 +29,10 @@ engine() {
     timeout 90 env "$1" .device/tensorfold bench --device cuda --model "$CKPT" --prompt-tokens 512 \
         --decode-tokens 128 --decode-after "$2" --repeats 2 2>/dev/null | grep decode_tok_s
 }
-for setting in TENSORFOLD_CUDA_GRAPHS=1 TENSORFOLD_CUDA_OVERLAP=0 TENSORFOLD_GEMM_MAX_BLOCKS=0 TENSORFOLD_FUSE_ROPE=1 TENSORFOLD_FOLD_NORMS=0; do
+for setting in TF_CUDA_GRAPHS=1 TF_CUDA_OVERLAP=0 TF_CUDA_GEMM_MAX_BLOCKS=0 TF_CUDA_FUSE_ROPE=1 TF_CUDA_FOLD_NORMS=0; do
     echo "$setting $(engine "$setting" 0)" | tee -a "$OUT/engine.txt"
 done
-echo "default, after 160: $(engine TENSORFOLD_CUDA_GRAPHS=1 160)" | tee -a "$OUT/engine.txt"
+echo "default, after 160: $(engine TF_CUDA_GRAPHS=1 160)" | tee -a "$OUT/engine.txt"
 echo "== server against transformers at $(elapsed) s"
 timeout 300 bash tools/bench_gpu.sh --out "$OUT/bench" --ckpt "$CKPT" --deadline 280 > /dev/null 2>&1
 tail -25 "$OUT/bench/results.md"

@@ -4,35 +4,18 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use actix::prelude::*;
+use tensorfold_engine::boundary::{CodecJob, EngineError, FrameSink};
 use tensorfold_kernels::sampling::SamplingParams;
 
-use crate::engine::{CodecJob, ModelId};
 use crate::kv::{Lease, PagePool};
 use crate::metrics::Metrics;
-use crate::request_types::{FinishReason, SubmitError, TokenLogprob};
-use crate::round::{PlannedCodec, PlannedLane, RoundOutput, RoundPlan, SampleSpec};
+use crate::request::{LaneFailed, LanePcm, LaneToken, VoiceAudio};
+use crate::request_types::{FinishReason, SubmitError};
+use crate::round::{ModelId, PlannedCodec, PlannedLane, RoundOutput, RoundPlan, SampleSpec};
 use crate::runner::EngineRunner;
-use crate::voice::{EnqueueVoice, VoiceLanes};
+use crate::voice::{VoiceLanes, VoiceRequest};
 
-/// A token for a request actor; `finish` is set on its lane's last token.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct LaneToken {
-    pub id: u32,
-    pub logprob: Option<TokenLogprob>,
-    /// The token ended generation (EOS or end of turn) and carries no text.
-    pub is_stop_token: bool,
-    pub finish: Option<FinishReason>,
-}
-
-/// The request's lane failed; the last message it gets.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct LaneFailed {
-    pub message: String,
-}
-
-/// A request waiting for a lane.
+/// A token request waiting for a lane.
 #[derive(Message)]
 #[rtype(result = "Result<(), SubmitError>")]
 pub struct Enqueue {
@@ -43,24 +26,22 @@ pub struct Enqueue {
     pub sampling: SamplingParams,
     pub stop_ids: Vec<u32>,
     pub logprobs: Option<usize>,
+    /// A speech lane's frame assembly, which turns its tokens into codec windows as they are drawn.
+    pub frames: Option<Box<dyn FrameSink>>,
     pub to: Recipient<LaneToken>,
+    pub pcm: Recipient<LanePcm>,
     pub failed: Recipient<LaneFailed>,
 }
 
-/// A speech request's codec window, to decode in the next round.
+/// A voice request waiting for a lane.
 #[derive(Message)]
-#[rtype(result = "()")]
-pub struct Decode {
+#[rtype(result = "Result<(), SubmitError>")]
+pub struct EnqueueVoice {
     pub lane_id: u64,
     pub model: ModelId,
-    pub job: CodecJob,
-    pub to: Recipient<LanePcm>,
+    pub input: tensorfold_engine::boundary::VoiceInput,
+    pub to: Recipient<VoiceAudio>,
 }
-
-/// The PCM of one decoded window, or why decoding failed.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct LanePcm(pub Result<Vec<f32>, String>);
 
 /// The request is gone (finished, failed or its client left): drop its lane and lease now.
 #[derive(Message)]
@@ -85,6 +66,8 @@ struct Lane {
     /// Tokens whose KV is computed or in the round in flight.
     num_planned: usize,
     num_generated: usize,
+    /// Codec windows queued for a speech lane so far.
+    num_windows: usize,
     lease: Lease,
 }
 
@@ -94,11 +77,20 @@ impl Lane {
     }
 }
 
+/// A speech lane's codec window, waiting for the next round.
+struct Window {
+    lane_id: u64,
+    model: ModelId,
+    job: CodecJob,
+    to: Recipient<LanePcm>,
+}
+
 /// Messages for request actors from one round, sent once the next round is on its way.
 #[derive(Default)]
 struct Outbox {
     tokens: Vec<(Recipient<LaneToken>, LaneToken)>,
     pcm: Vec<(Recipient<LanePcm>, LanePcm)>,
+    failed: Vec<(Recipient<LaneFailed>, LaneFailed)>,
 }
 
 impl Outbox {
@@ -108,6 +100,9 @@ impl Outbox {
         }
         for (to, pcm) in self.pcm {
             to.do_send(pcm);
+        }
+        for (to, failed) in self.failed {
+            to.do_send(failed);
         }
     }
 }
@@ -120,25 +115,17 @@ pub struct Coordinator {
     waiting: VecDeque<Enqueue>,
     lanes: Vec<Lane>,
     /// Codec windows waiting for the next round.
-    codec: VecDeque<Decode>,
+    codec: VecDeque<Window>,
     /// Where the PCM of the round in flight goes, in plan order.
     decoding: Vec<Recipient<LanePcm>>,
     voices: VoiceLanes,
-    /// Which models are voices rather than token models.
-    is_voice: Vec<bool>,
     in_flight: bool,
     metrics: Arc<Metrics>,
 }
 
 impl Coordinator {
-    /// `pages` has one pool per model (empty for voices); `is_voice` says which models are voices.
-    pub fn new(
-        runner: EngineRunner,
-        pages: Vec<PagePool>,
-        is_voice: Vec<bool>,
-        schedule: Schedule,
-        metrics: Arc<Metrics>,
-    ) -> Coordinator {
+    /// `pages` has one pool per model, empty for voices.
+    pub fn new(runner: EngineRunner, pages: Vec<PagePool>, schedule: Schedule, metrics: Arc<Metrics>) -> Coordinator {
         let coordinator = Coordinator {
             runner,
             pages,
@@ -148,7 +135,6 @@ impl Coordinator {
             codec: VecDeque::new(),
             decoding: Vec::new(),
             voices: VoiceLanes::default(),
-            is_voice,
             in_flight: false,
             metrics,
         };
@@ -173,10 +159,7 @@ impl Coordinator {
             act.in_flight = false;
             let outbox = match output {
                 Ok(output) => act.apply(output),
-                Err(_) => {
-                    act.fail_all("the round failed on the engine thread");
-                    Outbox::default()
-                }
+                Err(_) => act.fail_all(&EngineError::Stopped),
             };
             // The next round goes to the engine before the requests hear of this one.
             act.tick(ctx);
@@ -186,6 +169,10 @@ impl Coordinator {
 
     fn num_running(&self) -> usize {
         self.lanes.len() + self.voices.num_running()
+    }
+
+    fn num_waiting(&self) -> usize {
+        self.waiting.len() + self.voices.num_waiting()
     }
 
     /// Token and voice requests take free lanes in turn.
@@ -208,7 +195,7 @@ impl Coordinator {
         let request = self.waiting.pop_front().expect("front exists");
         self.metrics.add_prompt(request.prompt.len());
         let tokens = request.prompt.clone();
-        self.lanes.push(Lane { request, tokens, num_planned: 0, num_generated: 0, lease });
+        self.lanes.push(Lane { request, tokens, num_planned: 0, num_generated: 0, num_windows: 0, lease });
         true
     }
 
@@ -247,9 +234,9 @@ impl Coordinator {
                 });
             }
         }
-        for decode in self.codec.drain(..) {
-            plan.codec.push(PlannedCodec { lane_id: decode.lane_id, model: decode.model, job: decode.job });
-            self.decoding.push(decode.to);
+        for window in self.codec.drain(..) {
+            plan.codec.push(PlannedCodec { lane_id: window.lane_id, model: window.model, job: window.job });
+            self.decoding.push(window.to);
         }
         plan.voices = self.voices.plan();
         plan
@@ -260,6 +247,13 @@ impl Coordinator {
         let mut outbox = Outbox::default();
         self.metrics.inc_rounds();
         self.metrics.add_generated(output.sampled.len());
+        for (lane_id, error) in &output.failed {
+            if let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == *lane_id) {
+                let lane = self.lanes.swap_remove(i);
+                outbox.failed.push((lane.request.failed, LaneFailed { error: error.clone() }));
+            }
+            self.voices.fail(*lane_id, error);
+        }
         for s in output.sampled {
             let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == s.lane_id) else { continue };
             let lane = &mut self.lanes[i];
@@ -273,14 +267,29 @@ impl Coordinator {
             } else {
                 None
             };
-            outbox
-                .tokens
-                .push((lane.request.to.clone(), LaneToken { id: s.id, logprob: s.logprob, is_stop_token, finish }));
+            // A speech lane's frames are assembled here, so a window is decoded in the very next round.
+            if let Some(frames) = lane.request.frames.as_mut() {
+                let drawn = if is_stop_token { None } else { frames.push(s.id) };
+                let last = finish.and_then(|_| frames.finish());
+                for job in drawn.into_iter().chain(last) {
+                    lane.num_windows += 1;
+                    let (lane_id, model, to) = (lane.request.lane_id, lane.request.model, lane.request.pcm.clone());
+                    self.codec.push_back(Window { lane_id, model, job, to });
+                }
+            }
+            let token =
+                LaneToken { id: s.id, logprob: s.logprob, is_stop_token, finish, num_windows: lane.num_windows };
+            outbox.tokens.push((lane.request.to.clone(), token));
             if finish.is_some() {
                 self.lanes.swap_remove(i);
             }
         }
-        for ((_, pcm), to) in output.audio.into_iter().zip(self.decoding.drain(..)) {
+        let mut audio = output.audio.into_iter();
+        for to in self.decoding.drain(..) {
+            let pcm = match audio.next() {
+                Some((_, pcm)) => pcm,
+                None => Err(output.failed.first().map_or(EngineError::Stopped, |(_, e)| e.clone())),
+            };
             outbox.pcm.push((to, LanePcm(pcm)));
         }
         self.voices.apply(output.voices);
@@ -288,20 +297,22 @@ impl Coordinator {
     }
 
     /// Ends every running lane and every queued codec window with an error to its request.
-    fn fail_all(&mut self, why: &str) {
-        tracing::error!(why, lanes = self.num_running(), "failing every running lane");
+    fn fail_all(&mut self, why: &EngineError) -> Outbox {
+        tracing::error!(%why, lanes = self.num_running(), "failing every running lane");
+        let mut outbox = Outbox::default();
         for lane in self.lanes.drain(..) {
-            lane.request.failed.do_send(LaneFailed { message: why.to_string() });
+            outbox.failed.push((lane.request.failed, LaneFailed { error: why.clone() }));
         }
-        for to in self.decoding.drain(..).chain(self.codec.drain(..).map(|d| d.to)) {
-            to.do_send(LanePcm(Err(why.to_string())));
+        for to in self.decoding.drain(..).chain(self.codec.drain(..).map(|w| w.to)) {
+            outbox.pcm.push((to, LanePcm(Err(why.clone()))));
         }
         self.voices.fail_running(why);
+        outbox
     }
 
     fn publish(&self) {
         self.metrics.set_running(self.num_running());
-        self.metrics.set_waiting(self.waiting.len() + self.voices.num_waiting());
+        self.metrics.set_waiting(self.num_waiting());
         let used = self.pages.iter().map(PagePool::num_used).sum();
         self.metrics.set_kv_pages(used, self.pages.iter().map(PagePool::num_total).sum());
     }
@@ -315,20 +326,30 @@ impl Handler<Enqueue> for Coordinator {
     type Result = Result<(), SubmitError>;
 
     fn handle(&mut self, msg: Enqueue, ctx: &mut Context<Self>) -> Self::Result {
-        if self.is_voice.get(msg.model) != Some(&false) {
-            return Err(SubmitError::NoModel(msg.model));
-        }
         let pages = &self.pages[msg.model];
         let needed = pages.pages_for(msg.prompt.len() + msg.max_tokens);
         if needed > pages.num_total() {
             return Err(SubmitError::TooLarge { needed, total: pages.num_total() });
         }
-        let num_waiting = self.waiting.len() + self.voices.num_waiting();
-        if num_waiting >= self.schedule.max_waiting {
-            return Err(SubmitError::QueueFull(num_waiting));
+        if self.num_waiting() >= self.schedule.max_waiting {
+            return Err(SubmitError::QueueFull(self.num_waiting()));
         }
         self.metrics.inc_requests();
         self.waiting.push_back(msg);
+        self.tick(ctx);
+        Ok(())
+    }
+}
+
+impl Handler<EnqueueVoice> for Coordinator {
+    type Result = Result<(), SubmitError>;
+
+    fn handle(&mut self, msg: EnqueueVoice, ctx: &mut Context<Self>) -> Self::Result {
+        if self.num_waiting() >= self.schedule.max_waiting {
+            return Err(SubmitError::QueueFull(self.num_waiting()));
+        }
+        self.metrics.inc_requests();
+        self.voices.enqueue(VoiceRequest { lane_id: msg.lane_id, model: msg.model, input: msg.input, to: msg.to });
         self.tick(ctx);
         Ok(())
     }
@@ -340,35 +361,9 @@ impl Handler<Release> for Coordinator {
     fn handle(&mut self, msg: Release, ctx: &mut Context<Self>) {
         self.waiting.retain(|r| r.lane_id != msg.lane_id);
         self.lanes.retain(|l| l.request.lane_id != msg.lane_id);
-        self.codec.retain(|d| d.lane_id != msg.lane_id);
+        self.codec.retain(|w| w.lane_id != msg.lane_id);
         self.voices.release(msg.lane_id);
         self.publish();
         self.tick(ctx);
-    }
-}
-
-impl Handler<Decode> for Coordinator {
-    type Result = ();
-
-    fn handle(&mut self, msg: Decode, ctx: &mut Context<Self>) {
-        self.codec.push_back(msg);
-        self.tick(ctx);
-    }
-}
-
-impl Handler<EnqueueVoice> for Coordinator {
-    type Result = Result<(), SubmitError>;
-
-    fn handle(&mut self, msg: EnqueueVoice, ctx: &mut Context<Self>) -> Self::Result {
-        if self.is_voice.get(msg.model) != Some(&true) {
-            return Err(SubmitError::NoModel(msg.model));
-        }
-        if self.waiting.len() + self.voices.num_waiting() >= self.schedule.max_waiting {
-            return Err(SubmitError::QueueFull(self.waiting.len() + self.voices.num_waiting()));
-        }
-        self.metrics.inc_requests();
-        self.voices.enqueue(msg);
-        self.tick(ctx);
-        Ok(())
     }
 }

@@ -141,6 +141,28 @@ impl Allocation {
     }
 }
 
+impl tensorfold_engine::memory::DeviceMemory for Allocation {
+    fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    fn is_host_addressable(&self) -> bool {
+        self.host
+    }
+
+    fn as_bytes_mut(&mut self) -> &mut [u8] {
+        Allocation::as_bytes_mut(self)
+    }
+}
+
 impl Deref for Allocation {
     type Target = [f32];
 

@@ -22,10 +22,6 @@ impl PagePool {
         PagePool { book: Rc::new(RefCell::new(book)), page_tokens }
     }
 
-    pub fn page_tokens(&self) -> usize {
-        self.page_tokens
-    }
-
     pub fn pages_for(&self, num_tokens: usize) -> usize {
         num_tokens.div_ceil(self.page_tokens)
     }

@@ -4,48 +4,7 @@ use std::ops::Index;
 
 use thiserror::Error;
 
-/// What a block of memory is for; every kind counts against the same cap.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MemoryKind {
-    Weights,
-    KvCache,
-    Activations,
-    PinnedHost,
-}
-
-impl MemoryKind {
-    pub const ALL: [MemoryKind; 4] =
-        [MemoryKind::Weights, MemoryKind::KvCache, MemoryKind::Activations, MemoryKind::PinnedHost];
-
-    /// The label used in metrics and errors.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MemoryKind::Weights => "weights",
-            MemoryKind::KvCache => "kv_cache",
-            MemoryKind::Activations => "activations",
-            MemoryKind::PinnedHost => "pinned_host",
-        }
-    }
-
-    fn index(self) -> usize {
-        match self {
-            MemoryKind::Weights => 0,
-            MemoryKind::KvCache => 1,
-            MemoryKind::Activations => 2,
-            MemoryKind::PinnedHost => 3,
-        }
-    }
-}
-
-impl std::fmt::Display for MemoryKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// An address the driver handed out; a host address for host drivers, a device address otherwise.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct DevicePtr(pub u64);
+pub use tensorfold_engine::memory::{DevicePtr, MemoryKind};
 
 /// Why the driver could not allocate.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -157,15 +116,6 @@ impl Ledger {
     /// Whether a pointer of this kind can be viewed as host memory.
     pub fn is_host_addressable(&self, kind: MemoryKind) -> bool {
         self.driver.is_host_addressable(kind)
-    }
-
-    /// Whether `bytes` more would fit under the cap now.
-    pub fn can_allocate(&self, bytes: usize) -> bool {
-        match (self.total_used.checked_add(bytes), self.cap) {
-            (None, _) => false,
-            (Some(total), Some(cap)) => total <= cap,
-            (Some(_), None) => true,
-        }
     }
 
     /// Reserves under the cap, then calls the driver; a refused reservation never reaches it.

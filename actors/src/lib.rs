@@ -3,7 +3,6 @@
 pub mod coordinator;
 pub mod cuda_driver;
 pub mod device;
-pub mod engine;
 pub mod kv;
 pub mod ledger;
 pub mod metrics;

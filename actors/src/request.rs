@@ -4,40 +4,79 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
+use tensorfold_engine::boundary::{EngineError, TextDecoder};
 use tokio::sync::mpsc;
 
-use crate::coordinator::{Coordinator, Decode, LaneFailed, LanePcm, LaneToken, Release};
-use crate::engine::{CodecJob, ModelId};
+use crate::coordinator::{Coordinator, Release};
 use crate::metrics::Metrics;
-use crate::request_types::{Event, FinishReason, FrameSink, Output, TextDecoder, Usage};
+use crate::request_types::{Event, FinishReason, TokenLogprob, Usage};
 use crate::stop::StopMatcher;
-use crate::voice::VoiceAudio;
+
+/// A token of the request's lane; `finish` is set on its lane's last token.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct LaneToken {
+    pub id: u32,
+    pub logprob: Option<TokenLogprob>,
+    /// The token ended generation (EOS or end of turn) and carries no text.
+    pub is_stop_token: bool,
+    pub finish: Option<FinishReason>,
+    /// Codec windows a speech lane has queued so far, this token's included.
+    pub num_windows: usize,
+}
+
+/// The PCM of one decoded window of a speech lane, in order, or why decoding failed.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct LanePcm(pub Result<Vec<f32>, EngineError>);
+
+/// The request's lane failed; the last message it gets.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct LaneFailed {
+    pub error: EngineError,
+}
+
+/// A window of a voice lane's audio; `finished` on its last message.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct VoiceAudio {
+    pub pcm: Result<Vec<f32>, EngineError>,
+    pub finished: bool,
+}
 
 /// Ends a request that was never admitted.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Abort;
 
-/// A speech request's codec state: its frames, and the windows sent but not yet decoded.
+/// A speech request's audio: windows decoded so far, and how many its lane queued once generation ended.
+#[derive(Default)]
 struct Speech {
-    sink: Box<dyn FrameSink>,
-    pending: usize,
-    finish: Option<FinishReason>,
+    num_decoded: usize,
+    end: Option<(FinishReason, usize)>,
+}
+
+/// What the request's lane makes.
+pub enum Stream {
+    Text {
+        decoder: Box<dyn TextDecoder>,
+        stop_strings: Vec<String>,
+    },
+    /// Codec windows, assembled by the coordinator.
+    Speech,
+    /// Audio made by a voice lane, which has no tokens.
+    Voice,
 }
 
 enum Tokens {
-    Text {
-        decoder: Box<dyn TextDecoder>,
-        stops: StopMatcher,
-    },
+    Text { decoder: Box<dyn TextDecoder>, stops: StopMatcher },
     Speech(Speech),
-    /// A voice lane: audio arrives already made.
     Voice,
 }
 
 pub struct RequestActor {
     lane_id: u64,
-    model: ModelId,
     tokens: Tokens,
     events: mpsc::Sender<Event>,
     coordinator: Addr<Coordinator>,
@@ -48,25 +87,22 @@ pub struct RequestActor {
 }
 
 impl RequestActor {
-    #[allow(clippy::too_many_arguments)]
+    /// A request actor for lane `lane_id`, whose input has `prompt_tokens` tokens or ids.
     pub fn new(
         lane_id: u64,
-        model: ModelId,
         prompt_tokens: usize,
-        output: Output,
-        stop_strings: Vec<String>,
+        stream: Stream,
         events: mpsc::Sender<Event>,
         coordinator: Addr<Coordinator>,
         metrics: Arc<Metrics>,
     ) -> RequestActor {
-        let tokens = match output {
-            Output::Text(decoder) => Tokens::Text { decoder, stops: StopMatcher::new(stop_strings) },
-            Output::Speech(sink) => Tokens::Speech(Speech { sink, pending: 0, finish: None }),
-            Output::None => Tokens::Voice,
+        let tokens = match stream {
+            Stream::Text { decoder, stop_strings } => Tokens::Text { decoder, stops: StopMatcher::new(stop_strings) },
+            Stream::Speech => Tokens::Speech(Speech::default()),
+            Stream::Voice => Tokens::Voice,
         };
         RequestActor {
             lane_id,
-            model,
             tokens,
             events,
             coordinator,
@@ -75,17 +111,6 @@ impl RequestActor {
             last_token: None,
             metrics,
         }
-    }
-
-    /// A request actor for a voice lane, whose input has `num_ids` ids.
-    pub fn new_voice(
-        lane_id: u64,
-        num_ids: usize,
-        events: mpsc::Sender<Event>,
-        coordinator: Addr<Coordinator>,
-        metrics: Arc<Metrics>,
-    ) -> RequestActor {
-        RequestActor::new(lane_id, 0, num_ids, Output::None, Vec::new(), events, coordinator, metrics)
     }
 
     /// Sends an event; a closed stream means the client left, so the actor stops.
@@ -100,17 +125,12 @@ impl RequestActor {
         ctx.stop();
     }
 
-    fn decode(&mut self, job: Option<CodecJob>, ctx: &mut Context<Self>) {
-        let (Some(job), Tokens::Speech(speech)) = (job, &mut self.tokens) else { return };
-        speech.pending += 1;
-        let to = ctx.address().recipient();
-        self.coordinator.do_send(Decode { lane_id: self.lane_id, model: self.model, job, to });
-    }
-
     /// Ends a speech request once generation is over and its last window is decoded.
     fn finish_speech_if_done(&mut self, ctx: &mut Context<Self>) {
-        if let Tokens::Speech(Speech { pending: 0, finish: Some(finish), .. }) = self.tokens {
-            self.finish(finish, ctx);
+        if let Tokens::Speech(Speech { num_decoded, end: Some((finish, num_windows)) }) = self.tokens {
+            if num_decoded == num_windows {
+                self.finish(finish, ctx);
+            }
         }
     }
 
@@ -134,15 +154,9 @@ impl RequestActor {
 
     fn speech_token(&mut self, msg: LaneToken, ctx: &mut Context<Self>) {
         let Tokens::Speech(speech) = &mut self.tokens else { return };
-        let mut job = if msg.is_stop_token { None } else { speech.sink.push(msg.id) };
         if let Some(finish) = msg.finish {
-            speech.finish = Some(finish);
-            if let Some(last) = speech.sink.finish() {
-                self.decode(job.take(), ctx);
-                job = Some(last);
-            }
+            speech.end = Some((finish, msg.num_windows));
         }
-        self.decode(job, ctx);
         self.finish_speech_if_done(ctx);
     }
 
@@ -193,12 +207,12 @@ impl Handler<LanePcm> for RequestActor {
 
     fn handle(&mut self, msg: LanePcm, ctx: &mut Context<Self>) {
         let Tokens::Speech(speech) = &mut self.tokens else { return };
-        speech.pending -= 1;
+        speech.num_decoded += 1;
         match msg.0 {
             Ok(pcm) if pcm.is_empty() => {}
             Ok(pcm) => self.send(Event::Audio { pcm }, ctx),
-            Err(message) => {
-                self.send(Event::Error { message: format!("decoding audio: {message}") }, ctx);
+            Err(error) => {
+                self.send(Event::Error(error), ctx);
                 return ctx.stop();
             }
         }
@@ -225,8 +239,8 @@ impl Handler<VoiceAudio> for RequestActor {
                 self.usage.completion_tokens += 1;
                 self.send(Event::Audio { pcm }, ctx);
             }
-            Err(message) => {
-                self.send(Event::Error { message: format!("synthesizing audio: {message}") }, ctx);
+            Err(error) => {
+                self.send(Event::Error(error), ctx);
                 return ctx.stop();
             }
         }
@@ -240,7 +254,7 @@ impl Handler<LaneFailed> for RequestActor {
     type Result = ();
 
     fn handle(&mut self, msg: LaneFailed, ctx: &mut Context<Self>) {
-        self.send(Event::Error { message: msg.message }, ctx);
+        self.send(Event::Error(msg.error), ctx);
         ctx.stop();
     }
 }

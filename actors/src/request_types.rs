@@ -1,45 +1,11 @@
 //! The seam between HTTP and the runtime: a validated request in, a stream of events out.
 
-use tensorfold_kernels::sampling::SamplingParams;
+pub use tensorfold_engine::boundary::{EngineError, FrameSink, Output, TextDecoder, TokenWork, VoiceInput, Work};
 
-use crate::engine::{CodecJob, ModelId};
-
-/// Turns a lane's token ids into text as they arrive.
-pub trait TextDecoder: Send {
-    /// Text completed by this token (may be empty while a character is incomplete).
-    fn push(&mut self, id: u32) -> String;
-    /// Whatever is held back at the end.
-    fn finish(&mut self) -> String;
-}
-
-/// Turns a speech lane's tokens into codec jobs; owned by the request actor, so it dies with the request.
-pub trait FrameSink: Send {
-    /// Takes one generated token; returns a job when more audio can be decoded exactly.
-    fn push(&mut self, id: u32) -> Option<CodecJob>;
-    /// At the end of generation: the job for whatever audio is left.
-    fn finish(&mut self) -> Option<CodecJob>;
-}
-
-/// What a lane's tokens become.
-pub enum Output {
-    Text(Box<dyn TextDecoder>),
-    Speech(Box<dyn FrameSink>),
-    /// Audio made by a voice lane, which has no tokens.
-    None,
-}
-
-/// A request that passed validation; nothing downstream re-checks it.
+/// A request that passed validation, for the registered model it names; nothing downstream re-checks it.
 pub struct ValidRequest {
-    pub model: ModelId,
-    pub prompt: Vec<u32>,
-    pub max_tokens: usize,
-    pub sampling: SamplingParams,
-    /// Token ids that end generation (EOS and end-of-turn).
-    pub stop_ids: Vec<u32>,
-    pub stop_strings: Vec<String>,
-    /// Log-probabilities: `None` off, `Some(n)` the chosen token's and the top n.
-    pub logprobs: Option<usize>,
-    pub output: Output,
+    pub model: String,
+    pub work: Work,
 }
 
 /// Why a request ended; `as_str` is the API's `finish_reason`.
@@ -89,10 +55,8 @@ pub enum Event {
         finish: FinishReason,
         usage: Usage,
     },
-    /// A failure after the stream started; the last event.
-    Error {
-        message: String,
-    },
+    /// A failure after the stream started, named by the engine's error; the last event.
+    Error(EngineError),
 }
 
 /// Why a request was not admitted.
@@ -102,8 +66,10 @@ pub enum SubmitError {
     QueueFull(usize),
     #[error("the request needs {needed} KV pages but the pool has {total}")]
     TooLarge { needed: usize, total: usize },
-    #[error("no model {0} is loaded")]
-    NoModel(ModelId),
+    #[error("no model {0:?} is loaded")]
+    NoModel(String),
+    #[error("model {model:?} runs {runs}, not this request's work")]
+    WrongKind { model: String, runs: &'static str },
     #[error("the runtime is shutting down")]
     Closed,
 }

@@ -1,10 +1,13 @@
 //! One round as plain data: the plan the coordinator builds and the output the engine returns.
 
+use tensorfold_engine::boundary::{CodecJob, EngineError};
 use tensorfold_kernels::sampling::SamplingParams;
 
-use crate::engine::{CodecJob, ModelId};
 use crate::request_types::TokenLogprob;
 use crate::voice::{PlannedVoice, VoiceOutput};
+
+/// A registered model's place in the runtime, given at start-up; requests name models, lanes carry this.
+pub type ModelId = usize;
 
 /// How to pick a lane's next token once its logits are computed.
 #[derive(Clone, Debug)]
@@ -34,7 +37,7 @@ pub struct RoundPlan {
     pub lanes: Vec<PlannedLane>,
     /// One step of each voice lane.
     pub voices: Vec<PlannedVoice>,
-    /// Codec windows of speech lanes, decoded after the forward pass.
+    /// Codec windows of speech lanes, decoded after the forward pass, in the round after their last frame was drawn.
     pub codec: Vec<PlannedCodec>,
 }
 
@@ -50,10 +53,6 @@ impl RoundPlan {
     pub fn is_empty(&self) -> bool {
         self.lanes.is_empty() && self.codec.is_empty() && self.voices.is_empty()
     }
-
-    pub fn num_tokens(&self) -> usize {
-        self.lanes.iter().map(|l| l.tokens.len()).sum()
-    }
 }
 
 /// A token drawn for a lane in a round.
@@ -68,6 +67,8 @@ pub struct Sampled {
 pub struct RoundOutput {
     pub sampled: Vec<Sampled>,
     /// PCM of each planned codec window, in plan order, or why it failed.
-    pub audio: Vec<(u64, Result<Vec<f32>, String>)>,
+    pub audio: Vec<(u64, Result<Vec<f32>, EngineError>)>,
     pub voices: Vec<VoiceOutput>,
+    /// Token lanes whose forward pass failed this round; they end with the error.
+    pub failed: Vec<(u64, EngineError)>,
 }

@@ -9,10 +9,11 @@ use rayon::prelude::*;
 use tensorfold_kernels::sampling::{log_softmax, sample};
 use tokio::sync::oneshot;
 
-use crate::engine::{Codec, Engine, KvPool, LaneStep, Logits};
+use tensorfold_engine::boundary::{Codec, Engine, EngineError, KvPool, LaneStep, Logits, Voice};
+
 use crate::request_types::TokenLogprob;
 use crate::round::{PlannedLane, RoundOutput, RoundPlan, SampleSpec, Sampled};
-use crate::voice::{run_step, Voice};
+use crate::voice::{run_step, VoiceOutput};
 
 struct Job {
     plan: RoundPlan,
@@ -37,18 +38,23 @@ impl EngineRunner {
             let mut idle_since = Instant::now();
             while let Some(job) = next_job(&inbox) {
                 let (idle, started) = (idle_since.elapsed(), Instant::now());
-                // A round that panics drops its reply, which fails its lanes; the thread serves the next one.
+                // Engines report faults as errors; a panic is a bug, which fails the round's lanes and spares the thread.
+                let lanes = lane_ids(&job.plan);
                 let round = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_round(&mut models, job.plan)));
+                let output = round.unwrap_or_else(|panic| {
+                    let why = panic_message(panic.as_ref());
+                    tracing::error!(why, "a round panicked on the engine thread");
+                    let failed = lanes.into_iter().map(|id| (id, EngineError::Panicked(why.clone()))).collect();
+                    RoundOutput { failed, ..RoundOutput::default() }
+                });
                 tracing::debug!(
                     idle_us = idle.as_micros() as u64,
                     round_us = started.elapsed().as_micros() as u64,
                     "round"
                 );
                 idle_since = Instant::now();
-                if let Ok(output) = round {
-                    // The coordinator may have stopped; then nobody wants the output.
-                    let _ = job.reply.send(output);
-                }
+                // The coordinator may have stopped; then nobody wants the output.
+                let _ = job.reply.send(output);
             }
         })?;
         Ok(EngineRunner { jobs })
@@ -80,9 +86,24 @@ fn next_job(inbox: &mpsc::Receiver<Job>) -> Option<Job> {
     inbox.recv().ok()
 }
 
+/// Every lane of a plan: token lanes, codec windows and voice lanes.
+fn lane_ids(plan: &RoundPlan) -> Vec<u64> {
+    let tokens = plan.lanes.iter().map(|l| l.lane_id);
+    let windows = plan.codec.iter().map(|c| c.lane_id);
+    tokens.chain(windows).chain(plan.voices.iter().map(|v| v.lane_id)).collect()
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => s.to_string(),
+        (_, Some(s)) => s.clone(),
+        _ => "a panic without a message".into(),
+    }
+}
+
 /// Each model's lanes in one batched forward pass, then the round's codec windows.
 fn run_round(models: &mut [ModelSlot], plan: RoundPlan) -> RoundOutput {
-    let mut sampled = Vec::new();
+    let (mut sampled, mut failed) = (Vec::new(), Vec::new());
     for (m, slot) in models.iter_mut().enumerate() {
         let ModelSlot::Tokens { engine, pool, .. } = slot else { continue };
         let lanes: Vec<&PlannedLane> = plan.lanes.iter().filter(|l| l.model == m).collect();
@@ -99,7 +120,14 @@ fn run_round(models: &mut [ModelSlot], plan: RoundPlan) -> RoundOutput {
             })
             .collect();
         let started = Instant::now();
-        let logits = engine.forward(pool, &steps);
+        let logits = match engine.forward(pool, &steps) {
+            Ok(logits) => logits,
+            Err(e) => {
+                tracing::error!(model = m, lanes = lanes.len(), error = %e, "a forward pass failed");
+                failed.extend(lanes.iter().map(|l| (l.lane_id, e.clone())));
+                continue;
+            }
+        };
         let forward = started.elapsed();
         // Each lane's draw reads only its own logits, so the lanes draw side by side, in plan order.
         let drawn: Vec<Sampled> =
@@ -125,7 +153,7 @@ fn run_round(models: &mut [ModelSlot], plan: RoundPlan) -> RoundOutput {
         .map(|c| {
             let pcm = match codecs.get(c.model).copied().flatten() {
                 Some(codec) => codec.decode(&c.job),
-                None => Err(format!("model {} has no codec", c.model)),
+                None => Err(EngineError::Codec(format!("model {} has no codec", c.model))),
             };
             (c.lane_id, pcm)
         })
@@ -138,8 +166,18 @@ fn run_round(models: &mut [ModelSlot], plan: RoundPlan) -> RoundOutput {
         })
         .collect();
     // Each voice lane's step is its own work, so lanes run side by side.
-    let voices = plan.voices.into_par_iter().map(|v| run_step(voices.get(v.model).copied().flatten(), v)).collect();
-    RoundOutput { sampled, audio, voices }
+    let voices = plan
+        .voices
+        .into_par_iter()
+        .map(|v| match voices.get(v.model).copied().flatten() {
+            Some(voice) => run_step(voice, v),
+            None => {
+                let result = Err(EngineError::Voice(format!("model {} is not a voice", v.model)));
+                VoiceOutput { lane_id: v.lane_id, state: None, result }
+            }
+        })
+        .collect();
+    RoundOutput { sampled, audio, voices, failed }
 }
 
 /// A greedy lane without log-probabilities needs only the index of its largest logit, which the engine finds.

@@ -6,16 +6,19 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::mpsc;
 
-use crate::coordinator::{Coordinator, Enqueue, Schedule};
+use std::collections::HashMap;
+
+use tensorfold_engine::boundary::{Codec, Engine, KvPool, Output, TokenWork, Voice, VoiceInput, Work};
+
+use crate::coordinator::{Coordinator, Enqueue, EnqueueVoice, Schedule};
 use crate::device::{cpu_driver, Adopt, Adoption, Allocate, DeviceActor, Snapshot};
-use crate::engine::{Codec, Engine, KvPool, ModelId};
 use crate::kv::PagePool;
 use crate::ledger::{Ledger, LedgerError, MemoryKind};
 use crate::metrics::Metrics;
-use crate::request::{Abort, RequestActor};
+use crate::request::{Abort, RequestActor, Stream};
 use crate::request_types::{Event, SubmitError, ValidRequest};
+use crate::round::ModelId;
 use crate::runner::{EngineRunner, ModelSlot};
-use crate::voice::{EnqueueVoice, Voice, VoiceInput};
 
 /// Most audio windows a voice request may have queued for its client.
 const MAX_VOICE_EVENTS: usize = 1 << 14;
@@ -47,8 +50,10 @@ pub enum ModelKind {
     Voice(Box<dyn Voice>),
 }
 
-/// One model the runtime serves; lanes name it by its index in the list.
+/// One model the runtime serves; requests name it.
 pub struct ModelSpec {
+    /// The name requests use; unique among the runtime's models.
+    pub name: String,
     pub kind: ModelKind,
     /// Most positions one request may use.
     pub context: usize,
@@ -68,12 +73,38 @@ pub enum StartError {
     Io(#[from] std::io::Error),
     #[error("the device actor stopped during start-up")]
     DeviceGone,
+    #[error("two models are registered as {0:?}")]
+    DuplicateName(String),
+}
+
+/// What a registered model runs, as requests are checked against it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Runs {
+    Tokens,
+    Voice,
+}
+
+impl Runs {
+    fn as_str(self) -> &'static str {
+        match self {
+            Runs::Tokens => "token lanes",
+            Runs::Voice => "voice lanes",
+        }
+    }
+}
+
+/// A model as the runtime registered it.
+#[derive(Clone, Copy, Debug)]
+struct Registered {
+    id: ModelId,
+    runs: Runs,
+    limits: Limits,
 }
 
 /// A cheap, cloneable handle to the running runtime.
 #[derive(Clone)]
 pub struct Runtime {
-    limits: Arc<Vec<Limits>>,
+    models: Arc<HashMap<String, Registered>>,
     coordinator: Addr<Coordinator>,
     device: Addr<DeviceActor>,
     metrics: Arc<Metrics>,
@@ -96,6 +127,10 @@ impl Runtime {
         cfg: RuntimeConfig,
     ) -> Result<Runtime, StartError> {
         let gone = |_| StartError::DeviceGone;
+        let mut names = std::collections::HashSet::new();
+        if let Some(m) = models.iter().find(|m| !names.insert(m.name.as_str())) {
+            return Err(StartError::DuplicateName(m.name.clone()));
+        }
         let mut held = Vec::new();
         for m in &models {
             held.push(device.send(Adopt { kind: MemoryKind::Weights, bytes: m.weight_bytes }).await.map_err(gone)??);
@@ -104,16 +139,15 @@ impl Runtime {
         }
         let fixed = device.send(Snapshot).await.map_err(gone)?.total_used;
         let num_models = models.len().max(1);
-        let (mut slots, mut pages, mut limits) = (Vec::new(), Vec::new(), Vec::new());
-        let mut is_voice = Vec::new();
+        let (mut slots, mut pages, mut registry) = (Vec::new(), Vec::new(), HashMap::new());
         for m in models {
+            let limits = Limits { context: m.context, max_waiting: cfg.schedule.max_waiting };
             let engine = match m.kind {
                 ModelKind::Tokens { engine, codec } => (engine, codec),
                 ModelKind::Voice(voice) => {
+                    registry.insert(m.name, Registered { id: slots.len(), runs: Runs::Voice, limits });
                     slots.push(ModelSlot::Voice(voice));
                     pages.push((0, cfg.page_tokens));
-                    limits.push(Limits { context: m.context, max_waiting: cfg.schedule.max_waiting });
-                    is_voice.push(true);
                     continue;
                 }
             };
@@ -143,7 +177,7 @@ impl Runtime {
             };
             let snap = device.send(Snapshot).await.map_err(gone)?;
             tracing::info!(
-                model = slots.len(),
+                model = %m.name,
                 weights_held = snap.used[MemoryKind::Weights],
                 activations_held = snap.used[MemoryKind::Activations] + snap.used[MemoryKind::PinnedHost],
                 kv_pages = num_pages,
@@ -151,10 +185,9 @@ impl Runtime {
                 kv_tokens = num_pages * cfg.page_tokens,
                 "memory"
             );
+            registry.insert(m.name, Registered { id: slots.len(), runs: Runs::Tokens, limits });
             slots.push(ModelSlot::Tokens { engine: engine.0, pool, codec: engine.1 });
             pages.push((num_pages, cfg.page_tokens));
-            limits.push(Limits { context: m.context, max_waiting: cfg.schedule.max_waiting });
-            is_voice.push(false);
         }
         let runner = EngineRunner::spawn(slots)?;
         let metrics = Arc::new(Metrics::default());
@@ -162,10 +195,10 @@ impl Runtime {
         let arbiter = Arbiter::new();
         let coordinator = Coordinator::start_in_arbiter(&arbiter.handle(), move |_| {
             let pools = pages.into_iter().map(|(n, t)| PagePool::new(n, t)).collect();
-            Coordinator::new(runner, pools, is_voice, schedule, m)
+            Coordinator::new(runner, pools, schedule, m)
         });
         Ok(Runtime {
-            limits: Arc::new(limits),
+            models: Arc::new(registry),
             coordinator,
             device,
             metrics,
@@ -174,60 +207,76 @@ impl Runtime {
         })
     }
 
-    /// The limits of model `model`, or `None` if no such model is loaded.
-    pub fn limits(&self, model: ModelId) -> Option<Limits> {
-        self.limits.get(model).copied()
+    /// The limits of the model named `model`, or `None` if no such model is registered.
+    pub fn limits(&self, model: &str) -> Option<Limits> {
+        self.models.get(model).map(|m| m.limits)
     }
 
-    /// Queues a request; its events arrive on the receiver, and dropping the receiver cancels it.
+    /// Queues a request on the model it names; its events arrive on the receiver, and dropping the receiver cancels it.
     pub async fn submit(&self, request: ValidRequest) -> Result<mpsc::Receiver<Event>, SubmitError> {
+        let Some(model) = self.models.get(&request.model).copied() else {
+            return Err(SubmitError::NoModel(request.model));
+        };
+        let runs = match &request.work {
+            Work::Tokens(_) => Runs::Tokens,
+            Work::Voice(_) => Runs::Voice,
+        };
+        if runs != model.runs {
+            return Err(SubmitError::WrongKind { model: request.model, runs: model.runs.as_str() });
+        }
         let lane_id = self.next_lane.fetch_add(1, Ordering::Relaxed);
-        let (events, receiver) = mpsc::channel(request.max_tokens + 4);
-        let actor = RequestActor::new(
-            lane_id,
-            request.model,
-            request.prompt.len(),
-            request.output,
-            request.stop_strings,
-            events,
-            self.coordinator.clone(),
-            self.metrics.clone(),
-        )
-        .start();
+        match request.work {
+            Work::Tokens(work) => self.submit_tokens(lane_id, model.id, work).await,
+            Work::Voice(input) => self.submit_voice(lane_id, model.id, input).await,
+        }
+    }
+
+    async fn submit_tokens(
+        &self,
+        lane_id: u64,
+        model: ModelId,
+        work: TokenWork,
+    ) -> Result<mpsc::Receiver<Event>, SubmitError> {
+        let (events, receiver) = mpsc::channel(work.max_tokens + 4);
+        let (stream, frames) = match work.output {
+            Output::Text(decoder) => (Stream::Text { decoder, stop_strings: work.stop_strings }, None),
+            Output::Speech(frames) => (Stream::Speech, Some(frames)),
+        };
+        let (coordinator, metrics) = (self.coordinator.clone(), self.metrics.clone());
+        let actor = RequestActor::new(lane_id, work.prompt.len(), stream, events, coordinator, metrics).start();
         let enqueue = Enqueue {
             lane_id,
-            model: request.model,
-            prompt: request.prompt,
-            max_tokens: request.max_tokens,
-            sampling: request.sampling,
-            stop_ids: request.stop_ids,
-            logprobs: request.logprobs,
+            model,
+            prompt: work.prompt,
+            max_tokens: work.max_tokens,
+            sampling: work.sampling,
+            stop_ids: work.stop_ids,
+            logprobs: work.logprobs,
+            frames,
             to: actor.clone().recipient(),
+            pcm: actor.clone().recipient(),
             failed: actor.clone().recipient(),
         };
-        let result = match self.coordinator.send(enqueue).await {
-            Ok(result) => result,
-            Err(_) => Err(SubmitError::Closed),
-        };
+        let result = self.coordinator.send(enqueue).await.unwrap_or(Err(SubmitError::Closed));
         if result.is_err() {
             actor.do_send(Abort);
         }
         result.map(|()| receiver)
     }
 
-    /// Queues a voice request on voice model `model`; its audio arrives as events, and dropping the receiver cancels it.
-    pub async fn submit_voice(&self, model: ModelId, input: VoiceInput) -> Result<mpsc::Receiver<Event>, SubmitError> {
-        let lane_id = self.next_lane.fetch_add(1, Ordering::Relaxed);
+    async fn submit_voice(
+        &self,
+        lane_id: u64,
+        model: ModelId,
+        input: VoiceInput,
+    ) -> Result<mpsc::Receiver<Event>, SubmitError> {
         let num_ids = input.chunks.iter().map(Vec::len).sum();
         // Windows are not known in advance; this bounds the audio a slow client can leave unread.
         let (events, receiver) = mpsc::channel(MAX_VOICE_EVENTS);
-        let actor = RequestActor::new_voice(lane_id, num_ids, events, self.coordinator.clone(), self.metrics.clone());
-        let actor = actor.start();
+        let (coordinator, metrics) = (self.coordinator.clone(), self.metrics.clone());
+        let actor = RequestActor::new(lane_id, num_ids, Stream::Voice, events, coordinator, metrics).start();
         let enqueue = EnqueueVoice { lane_id, model, input, to: actor.clone().recipient() };
-        let result = match self.coordinator.send(enqueue).await {
-            Ok(result) => result,
-            Err(_) => Err(SubmitError::Closed),
-        };
+        let result = self.coordinator.send(enqueue).await.unwrap_or(Err(SubmitError::Closed));
         if result.is_err() {
             actor.do_send(Abort);
         }

@@ -5,9 +5,12 @@ use std::time::Duration;
 use tensorfold_kernels::sampling::SamplingParams;
 use tokio::sync::mpsc::Receiver;
 
+use tensorfold_engine::boundary::{Codec, CodecJob, Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
+
 use crate::coordinator::Schedule;
-use crate::engine::{Codec, CodecJob, Engine, KvLayout, KvPool, LaneStep, Logits};
-use crate::request_types::{Event, FinishReason, FrameSink, Output, SubmitError, TextDecoder, ValidRequest};
+use crate::request_types::{
+    Event, FinishReason, FrameSink, Output, SubmitError, TextDecoder, TokenWork, ValidRequest, Work,
+};
 use crate::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
 
 const VOCAB: usize = 64;
@@ -22,9 +25,9 @@ impl Engine for FakeEngine {
     fn vocab_size(&self) -> usize {
         VOCAB
     }
-    fn forward(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<Vec<f32>> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
         std::thread::sleep(Duration::from_millis(1));
-        lanes
+        let logits = lanes
             .iter()
             .map(|l| {
                 for (i, t) in l.tokens.iter().enumerate() {
@@ -37,7 +40,8 @@ impl Engine for FakeEngine {
                     kind => kind.take(&fake_logits(last, pos as u64)),
                 }
             })
-            .collect()
+            .collect();
+        Ok(logits)
     }
 }
 
@@ -61,15 +65,27 @@ pub(crate) async fn start(parallel: usize, max_waiting: usize, kv_pages: usize) 
     let schedule = Schedule { round_tokens: 8, parallel, max_waiting };
     let cfg = RuntimeConfig { page_tokens: 4, kv_pages: Some(kv_pages), memory_limit: None, schedule };
     let kind = ModelKind::Tokens { engine: Box::new(FakeEngine), codec: None };
-    let model = ModelSpec { kind, context: 256, weight_bytes: 0, activation_bytes: 0 };
+    let model = ModelSpec { name: TEXT.into(), kind, context: 256, weight_bytes: 0, activation_bytes: 0 };
     Runtime::start(vec![model], cfg).await.unwrap()
 }
 
+/// The fake text model's registered name.
+pub(crate) const TEXT: &str = "fake";
+
+/// A request of `work` on the registered model `model`.
+pub(crate) fn on(model: &str, work: TokenWork) -> ValidRequest {
+    ValidRequest { model: model.into(), work: Work::Tokens(work) }
+}
+
+/// Request `i` on the fake text model.
 pub(crate) fn request(i: u64) -> ValidRequest {
+    on(TEXT, work(i))
+}
+
+pub(crate) fn work(i: u64) -> TokenWork {
     let sampling =
         SamplingParams { temperature: if i.is_multiple_of(2) { 0.0 } else { 1.0 }, seed: i, ..Default::default() };
-    ValidRequest {
-        model: 0,
+    TokenWork {
         prompt: (0..(3 + i as u32 * 5) % 29 + 1).map(|t| (t * 7 + i as u32) % VOCAB as u32).collect(),
         max_tokens: 8 + (i as usize % 5) * 3,
         sampling,
@@ -87,7 +103,7 @@ pub(crate) async fn collect(mut rx: Receiver<Event>) -> (String, Option<FinishRe
             Event::Token { text: t, .. } => text.push_str(&t),
             Event::Done { finish, .. } => return (text, Some(finish)),
             Event::Audio { .. } => panic!("audio on a text lane"),
-            Event::Error { message } => panic!("{message}"),
+            Event::Error(e) => panic!("{e}"),
         }
     }
     (text, None)
@@ -121,10 +137,10 @@ async fn test_concurrent_equals_solo() {
 #[actix::test]
 async fn test_a_greedy_lane_takes_the_first_largest_logit_at_each_step() {
     let rt = start(4, 64, 64).await;
-    let req = request(2);
+    let req = work(2);
     assert!(req.sampling.is_greedy());
     let (mut tokens, max_tokens) = (req.prompt.clone(), req.max_tokens);
-    let (text, _) = collect(rt.submit(req).await.unwrap()).await;
+    let (text, _) = collect(rt.submit(on(TEXT, req)).await.unwrap()).await;
     let mut want = String::new();
     for _ in 0..max_tokens {
         let logits = fake_logits(*tokens.last().unwrap() as u64, tokens.len() as u64 - 1);
@@ -141,7 +157,7 @@ async fn test_a_greedy_lane_takes_the_first_largest_logit_at_each_step() {
 async fn test_dropped_receivers_return_lanes_and_pages() {
     let rt = start(3, 64, 1024).await;
     for i in 0..10 {
-        let mut rx = rt.submit(ValidRequest { max_tokens: 200, stop_ids: Vec::new(), ..request(i) }).await.unwrap();
+        let mut rx = rt.submit(on(TEXT, TokenWork { max_tokens: 200, stop_ids: Vec::new(), ..work(i) })).await.unwrap();
         if i % 2 == 0 {
             for _ in 0..3 {
                 rx.recv().await.unwrap();
@@ -159,7 +175,7 @@ async fn test_dropped_receivers_return_lanes_and_pages() {
 #[actix::test]
 async fn test_full_queue_and_oversized_requests_are_refused() {
     let rt = start(1, 1, 16).await;
-    let too_big = ValidRequest { max_tokens: 100, ..request(0) };
+    let too_big = on(TEXT, TokenWork { max_tokens: 100, ..work(0) });
     assert!(matches!(rt.submit(too_big).await, Err(SubmitError::TooLarge { .. })));
     let _a = rt.submit(request(2)).await.unwrap();
     let _b = rt.submit(request(4)).await.unwrap();
@@ -204,7 +220,7 @@ impl Codec for FakeCodec {
     fn sample_rate(&self) -> u32 {
         8000
     }
-    fn decode(&self, job: &CodecJob) -> Result<Vec<f32>, String> {
+    fn decode(&self, job: &CodecJob) -> Result<Vec<f32>, EngineError> {
         let frames = job.keep.clone().map(|f| job.codes[0][f] as f32 + (job.first_frame + f) as f32 * 1000.0);
         Ok(frames.collect())
     }
@@ -213,17 +229,24 @@ impl Codec for FakeCodec {
 async fn start_with_speech(parallel: usize) -> Runtime {
     let schedule = Schedule { round_tokens: 8, parallel, max_waiting: 64 };
     let cfg = RuntimeConfig { page_tokens: 4, kv_pages: Some(256), memory_limit: None, schedule };
-    let model = |codec: Option<Box<dyn Codec>>| ModelSpec {
+    let model = |name: &str, codec: Option<Box<dyn Codec>>| ModelSpec {
+        name: name.into(),
         kind: ModelKind::Tokens { engine: Box::new(FakeEngine), codec },
         context: 256,
         weight_bytes: 0,
         activation_bytes: 0,
     };
-    Runtime::start(vec![model(None), model(Some(Box::new(FakeCodec)))], cfg).await.unwrap()
+    Runtime::start(vec![model(TEXT, None), model(SPEECH, Some(Box::new(FakeCodec)))], cfg).await.unwrap()
+}
+
+const SPEECH: &str = "speech";
+
+fn speech_work(i: u64) -> TokenWork {
+    TokenWork { output: Output::Speech(Box::new(Frames { ids: Vec::new(), sent: 0 })), ..work(i) }
 }
 
 fn speech(i: u64) -> ValidRequest {
-    ValidRequest { model: 1, output: Output::Speech(Box::new(Frames { ids: Vec::new(), sent: 0 })), ..request(i) }
+    on(SPEECH, speech_work(i))
 }
 
 async fn collect_audio(mut rx: Receiver<Event>) -> (Vec<f32>, usize, Option<FinishReason>) {
@@ -236,7 +259,7 @@ async fn collect_audio(mut rx: Receiver<Event>) -> (Vec<f32>, usize, Option<Fini
             }
             Event::Done { finish, .. } => return (pcm, chunks, Some(finish)),
             Event::Token { .. } => panic!("a text token on a speech lane"),
-            Event::Error { message } => panic!("{message}"),
+            Event::Error(e) => panic!("{e}"),
         }
     }
     (pcm, chunks, None)
@@ -269,7 +292,8 @@ async fn test_speech_lanes_beside_text_lanes_equal_each_alone() {
 async fn test_dropped_speech_streams_free_lanes_and_codec_windows() {
     let rt = start_with_speech(4).await;
     for i in 0..8 {
-        let mut rx = rt.submit(ValidRequest { max_tokens: 200, stop_ids: Vec::new(), ..speech(i) }).await.unwrap();
+        let speech = TokenWork { max_tokens: 200, stop_ids: Vec::new(), ..speech_work(i) };
+        let mut rx = rt.submit(on(SPEECH, speech)).await.unwrap();
         for _ in 0..i % 3 {
             rx.recv().await.unwrap();
         }
@@ -284,46 +308,90 @@ async fn test_dropped_speech_streams_free_lanes_and_codec_windows() {
 #[actix::test]
 async fn test_a_request_for_a_model_not_loaded_is_refused() {
     let rt = start(1, 4, 16).await;
-    assert_eq!(rt.submit(speech(0)).await.err(), Some(SubmitError::NoModel(1)));
+    assert_eq!(rt.submit(speech(0)).await.err(), Some(SubmitError::NoModel(SPEECH.into())));
 }
 
-/// The fake engine, except that a round holding token `POISON` panics.
-struct Panicky;
+/// Every window of a speech lane is decoded in the round after its last frame was drawn: a lane alone takes its
+/// prefill rounds, one round per token, and one more for the window its last token closes.
+#[actix::test]
+async fn test_a_speech_window_is_decoded_in_the_round_after_its_last_frame() {
+    let rt = start_with_speech(1).await;
+    let w = TokenWork { stop_ids: Vec::new(), ..speech_work(4) };
+    let (prompt, max_tokens) = (w.prompt.len(), w.max_tokens);
+    let before = rt.metrics().rounds_total();
+    let (pcm, chunks, finish) = collect_audio(rt.submit(on(SPEECH, w)).await.unwrap()).await;
+    assert_eq!((pcm.len(), finish), (max_tokens, Some(FinishReason::Length)));
+    assert!(chunks >= 2, "{chunks} windows");
+    settle(&rt).await;
+    let prefill = prompt.div_ceil(8);
+    // Each decode round also samples a token, so the prompt's last chunk and the first token share a round.
+    assert_eq!(rt.metrics().rounds_total() - before, (prefill + max_tokens - 1 + 1) as u64);
+}
+
+/// The fake engine, except that a round holding token `POISON` fails as a device would, or panics as a bug would.
+struct Faulty {
+    panics: bool,
+}
 
 const POISON: u32 = 999;
 
-impl Engine for Panicky {
+impl Engine for Faulty {
     fn kv_layout(&self, page_tokens: usize) -> KvLayout {
         FakeEngine.kv_layout(page_tokens)
     }
     fn vocab_size(&self) -> usize {
         VOCAB
     }
-    fn forward(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<Vec<f32>> {
-        assert!(lanes.iter().all(|l| !l.tokens.contains(&POISON)), "the poisoned token reached the engine");
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+        if lanes.iter().any(|l| l.tokens.contains(&POISON)) {
+            assert!(!self.panics, "the poisoned token reached the engine");
+            return Err(EngineError::Device("an injected fault in the attention kernel".into()));
+        }
         FakeEngine.forward(pool, lanes)
     }
 }
 
-#[actix::test]
-async fn test_a_failed_round_ends_its_lanes_with_an_error_and_the_runtime_goes_on() {
-    let schedule = Schedule { round_tokens: 64, parallel: 4, max_waiting: 64 };
+async fn start_faulty(panics: bool, parallel: usize) -> Runtime {
+    let schedule = Schedule { round_tokens: 64, parallel, max_waiting: 64 };
     let cfg = RuntimeConfig { page_tokens: 4, kv_pages: Some(256), memory_limit: None, schedule };
-    let kind = ModelKind::Tokens { engine: Box::new(Panicky), codec: None };
-    let rt = Runtime::start(vec![ModelSpec { kind, context: 256, weight_bytes: 0, activation_bytes: 0 }], cfg)
-        .await
-        .unwrap();
-    let healthy = collect(rt.submit(request(3)).await.unwrap()).await;
-    let poisoned = ValidRequest { prompt: vec![1, 2, POISON], ..request(1) };
-    let mut rx = rt.submit(poisoned).await.unwrap();
+    let kind = ModelKind::Tokens { engine: Box::new(Faulty { panics }), codec: None };
+    let spec = ModelSpec { name: TEXT.into(), kind, context: 256, weight_bytes: 0, activation_bytes: 0 };
+    Runtime::start(vec![spec], cfg).await.unwrap()
+}
+
+/// The error event a request's stream ends with.
+async fn error_of(mut rx: Receiver<Event>) -> Option<EngineError> {
     let mut error = None;
     while let Some(event) = rx.recv().await {
-        if let Event::Error { message } = event {
-            error = Some(message);
+        if let Event::Error(e) = event {
+            error = Some(e);
         }
     }
+    error
+}
+
+#[actix::test]
+async fn test_an_engine_error_ends_its_rounds_lanes_with_the_named_error_and_other_requests_go_on() {
+    let rt = start_faulty(false, 1).await;
+    let healthy = collect(rt.submit(request(3)).await.unwrap()).await;
+    let poisoned = rt.submit(on(TEXT, TokenWork { prompt: vec![1, 2, POISON], ..work(1) })).await.unwrap();
+    // With one lane the healthy request waits behind the poisoned one, then runs in the rounds after the fault.
+    let waiting = rt.submit(request(3)).await.unwrap();
+    let error = error_of(poisoned).await.expect("the poisoned request ends with an error event, not a silent close");
+    assert_eq!(error, EngineError::Device("an injected fault in the attention kernel".into()));
+    assert_eq!(error.code(), "engine_device_error");
+    assert_eq!(collect(waiting).await, healthy, "the request behind the fault is served as if alone");
+    settle(&rt).await;
+}
+
+#[actix::test]
+async fn test_a_panicking_round_ends_its_lanes_with_an_error_and_the_runtime_goes_on() {
+    let rt = start_faulty(true, 4).await;
+    let healthy = collect(rt.submit(request(3)).await.unwrap()).await;
+    let poisoned = on(TEXT, TokenWork { prompt: vec![1, 2, POISON], ..work(1) });
+    let error = error_of(rt.submit(poisoned).await.unwrap()).await;
     let error = error.expect("the poisoned request should end with an error event, not hang or close silently");
-    assert!(error.contains("round failed"), "{error}");
+    assert!(matches!(&error, EngineError::Panicked(m) if m.contains("poisoned token")), "{error}");
     assert_eq!(collect(rt.submit(request(3)).await.unwrap()).await, healthy, "the runtime serves on after a failure");
     settle(&rt).await;
 }

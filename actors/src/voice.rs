@@ -1,46 +1,10 @@
-//! Voices that speak without tokens: a lane prepares each sentence in one round, then makes audio a window per round.
+//! Voice lanes, which speak without tokens: a lane prepares each sentence in one round, then makes audio a window per round.
 
 use actix::prelude::*;
+use tensorfold_engine::boundary::{EngineError, Voice, VoiceInput, VoiceState};
 
-use crate::engine::ModelId;
-
-/// What a voice lane speaks: sentence chunks as the voice's input ids, at a speed, with noise from a seed.
-#[derive(Clone, Debug, PartialEq)]
-pub struct VoiceInput {
-    pub chunks: Vec<Vec<i64>>,
-    pub speed: f32,
-    pub seed: u64,
-}
-
-/// A voice model, run on the engine thread.
-pub trait Voice: Send + Sync {
-    /// A lane's state before its first step.
-    fn start(&self, input: VoiceInput) -> Box<dyn VoiceState>;
-}
-
-/// One lane's synthesis state; the runtime moves it to the engine thread for each step and back.
-pub trait VoiceState: Send {
-    /// One round's work: prepare the next sentence or make the next window; `None` when the audio is complete.
-    fn step(&mut self) -> Result<Option<Vec<f32>>, String>;
-}
-
-/// A voice request waiting for a lane.
-#[derive(Message)]
-#[rtype(result = "Result<(), crate::request_types::SubmitError>")]
-pub struct EnqueueVoice {
-    pub lane_id: u64,
-    pub model: ModelId,
-    pub input: VoiceInput,
-    pub to: Recipient<VoiceAudio>,
-}
-
-/// A window of a voice lane's audio; `finished` on its last message.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct VoiceAudio {
-    pub pcm: Result<Vec<f32>, String>,
-    pub finished: bool,
-}
+use crate::request::VoiceAudio;
+use crate::round::ModelId;
 
 /// What a voice lane does in a round.
 pub enum VoiceWork {
@@ -69,22 +33,25 @@ pub struct PlannedVoice {
 pub struct VoiceOutput {
     pub lane_id: u64,
     pub state: Option<Box<dyn VoiceState>>,
-    pub result: Result<Option<Vec<f32>>, String>,
+    pub result: Result<Option<Vec<f32>>, EngineError>,
 }
 
 /// Runs one planned step on the engine thread.
-pub fn run_step(voice: Option<&dyn Voice>, planned: PlannedVoice) -> VoiceOutput {
-    let lane_id = planned.lane_id;
-    let Some(voice) = voice else {
-        let result = Err(format!("model {} is not a voice", planned.model));
-        return VoiceOutput { lane_id, state: None, result };
-    };
+pub fn run_step(voice: &dyn Voice, planned: PlannedVoice) -> VoiceOutput {
     let mut state = match planned.work {
         VoiceWork::Start(input) => voice.start(input),
         VoiceWork::Step(state) => state,
     };
     let result = state.step();
-    VoiceOutput { lane_id, state: Some(state), result }
+    VoiceOutput { lane_id: planned.lane_id, state: Some(state), result }
+}
+
+/// A voice request waiting for a lane.
+pub struct VoiceRequest {
+    pub lane_id: u64,
+    pub model: ModelId,
+    pub input: VoiceInput,
+    pub to: Recipient<VoiceAudio>,
 }
 
 struct VoiceLane {
@@ -98,7 +65,7 @@ struct VoiceLane {
 /// The coordinator's voice lanes and their queue.
 #[derive(Default)]
 pub struct VoiceLanes {
-    waiting: std::collections::VecDeque<EnqueueVoice>,
+    waiting: std::collections::VecDeque<VoiceRequest>,
     lanes: Vec<VoiceLane>,
 }
 
@@ -111,7 +78,7 @@ impl VoiceLanes {
         self.waiting.len()
     }
 
-    pub fn enqueue(&mut self, request: EnqueueVoice) {
+    pub fn enqueue(&mut self, request: VoiceRequest) {
         self.waiting.push_back(request);
     }
 
@@ -151,10 +118,17 @@ impl VoiceLanes {
         self.lanes.retain(|l| l.lane_id != lane_id);
     }
 
+    /// Ends the running lane `lane_id`, if it is a voice lane, with `why`.
+    pub fn fail(&mut self, lane_id: u64, why: &EngineError) {
+        if let Some(i) = self.lanes.iter().position(|l| l.lane_id == lane_id) {
+            self.lanes.swap_remove(i).to.do_send(VoiceAudio { pcm: Err(why.clone()), finished: true });
+        }
+    }
+
     /// Ends every running lane with `why`; waiting requests keep their place.
-    pub fn fail_running(&mut self, why: &str) {
+    pub fn fail_running(&mut self, why: &EngineError) {
         for lane in self.lanes.drain(..) {
-            lane.to.do_send(VoiceAudio { pcm: Err(why.to_string()), finished: true });
+            lane.to.do_send(VoiceAudio { pcm: Err(why.clone()), finished: true });
         }
     }
 }

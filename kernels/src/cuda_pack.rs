@@ -11,22 +11,30 @@ pub const MIN_SEGMENT_TILES: usize = 16;
 /// (two blocks per SM) on a GPU of 128 SMs or more.
 pub const MAX_DECODE_BLOCKS: usize = 256;
 
+/// How the GEMM splits K; each field changes the reduction order of every row of a weight alike, never per batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmTuning {
+    /// Fewest 32-wide chunks in one K segment.
+    pub min_segment_tiles: usize,
+    /// Most blocks of a decode grid the segment count aims for; 0 for no limit.
+    pub max_decode_blocks: usize,
+}
+
+impl Default for GemmTuning {
+    fn default() -> Self {
+        GemmTuning { min_segment_tiles: MIN_SEGMENT_TILES, max_decode_blocks: MAX_DECODE_BLOCKS }
+    }
+}
+
 /// K is summed in this many segments, fixed by the weight's shape alone: of 16, 8, 4, 2 and 1, those that split
-/// it into whole 32-wide chunks with at least `MIN_SEGMENT_TILES` each (1 when none does); the most of them
-/// whose decode grid, n / 8 * S / 16 blocks, stays within `MAX_DECODE_BLOCKS` (`TENSORFOLD_GEMM_MAX_BLOCKS`;
-/// 0 for no limit), else the most.
-pub fn gemm_segments(n: usize, k: usize) -> usize {
-    static TUNING: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
-    // Tuning knobs; each changes the reduction order of every row of a weight alike.
-    let (min_tiles, max_blocks) = *TUNING.get_or_init(|| {
-        let var = |name: &str, default| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
-        let max_blocks = match var("TENSORFOLD_GEMM_MAX_BLOCKS", MAX_DECODE_BLOCKS) {
-            0 => usize::MAX,
-            n => n,
-        };
-        (var("TENSORFOLD_GEMM_MIN_TILES", MIN_SEGMENT_TILES), max_blocks)
-    });
-    choose_segments(n, k, min_tiles, max_blocks)
+/// it into whole 32-wide chunks with at least `min_segment_tiles` each (1 when none does); the most of them
+/// whose decode grid, n / 8 * S / 16 blocks, stays within `max_decode_blocks` (0 for no limit), else the most.
+pub fn gemm_segments(n: usize, k: usize, tuning: GemmTuning) -> usize {
+    let max_blocks = match tuning.max_decode_blocks {
+        0 => usize::MAX,
+        n => n,
+    };
+    choose_segments(n, k, tuning.min_segment_tiles, max_blocks)
 }
 
 fn choose_segments(n: usize, k: usize, min_tiles: usize, max_blocks: usize) -> usize {
@@ -92,7 +100,7 @@ mod tests {
     #[test]
     fn test_segments_depend_on_the_weight_shape() {
         // A weight this wide fits no bound, so K alone decides.
-        let seg = |k| gemm_segments(1 << 20, k);
+        let seg = |k| gemm_segments(1 << 20, k, GemmTuning::default());
         assert_eq!([seg(4096), seg(576), seg(1024), seg(32)], [8, 1, 2, 1]);
         assert_eq!([seg(14336), seg(3584), seg(12288)], [16, 4, 16]);
     }

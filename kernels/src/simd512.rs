@@ -4,15 +4,20 @@ use std::arch::x86_64::*;
 
 use crate::simd::Tile;
 
-/// Whether the AVX-512 paths run on this machine; `TF_KERNELS=avx2` turns them off.
+static AVX2_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Keeps the kernels to their AVX2 forms; the binary calls it once at start-up, before any kernel runs.
+pub fn limit_to_avx2() {
+    AVX2_ONLY.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the AVX-512 paths run on this machine and were not turned off.
 pub fn has_avx512() -> bool {
     static DETECTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DETECTED.get_or_init(|| {
-        std::env::var("TF_KERNELS").map_or(true, |v| v != "avx2")
-            && is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-    })
+    let detected = *DETECTED.get_or_init(|| {
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    });
+    detected && !AVX2_ONLY.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// How far ahead weight blocks are prefetched; the hardware prefetcher alone leaves loads waiting.

@@ -3,7 +3,7 @@
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
-use tensorfold_actors::request_types::SubmitError;
+use tensorfold_actors::request_types::{EngineError, SubmitError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -24,6 +24,9 @@ pub enum ApiError {
     Submit(#[from] SubmitError),
     #[error("{0}")]
     Unavailable(String),
+    /// The engine failed the request's lane after it was admitted.
+    #[error(transparent)]
+    Engine(EngineError),
     #[error("{0}")]
     Internal(String),
 }
@@ -76,9 +79,9 @@ impl ApiError {
             ApiError::Submit(SubmitError::TooLarge { .. }) => {
                 ("invalid_request_error", Some("context_length_exceeded"))
             }
-            ApiError::Submit(SubmitError::Closed | SubmitError::NoModel(_)) | ApiError::Unavailable(_) => {
-                ("server_error", Some("service_unavailable"))
-            }
+            ApiError::Submit(SubmitError::Closed | SubmitError::NoModel(_) | SubmitError::WrongKind { .. })
+            | ApiError::Unavailable(_) => ("server_error", Some("service_unavailable")),
+            ApiError::Engine(e) => ("server_error", Some(e.code())),
             ApiError::Internal(_) => ("server_error", None),
         }
     }
@@ -104,10 +107,9 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Submit(SubmitError::QueueFull(_)) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Submit(SubmitError::TooLarge { .. }) => StatusCode::BAD_REQUEST,
-            ApiError::Submit(SubmitError::Closed | SubmitError::NoModel(_)) | ApiError::Unavailable(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Submit(SubmitError::Closed | SubmitError::NoModel(_) | SubmitError::WrongKind { .. })
+            | ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Engine(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 

@@ -4,6 +4,8 @@ pub mod error;
 pub mod openai;
 pub mod reply;
 pub mod routes;
+#[cfg(test)]
+mod routes_tests;
 pub mod speech;
 pub mod sse;
 pub mod validate;
@@ -15,52 +17,34 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix_web::HttpServer;
-use tensorfold_actors::engine::ModelId;
 use tensorfold_actors::request_types::{Event, SubmitError, ValidRequest};
 use tensorfold_actors::runtime::{Limits, Runtime};
-use tensorfold_actors::voice::VoiceInput;
 use tokio::sync::mpsc;
 
 pub use error::ApiError;
 pub use routes::{app, configure};
 
-use crate::speech::Speakers;
-use crate::tokenizer::Tokenizer;
+use tensorfold_engine::speech::speakers::Speakers;
+use tensorfold_engine::text::tokenizer::Tokenizer;
 
 /// What the handlers need from the runtime; `Runtime` is the one real implementation.
 pub trait Backend: Clone + 'static {
-    fn limits(&self) -> Limits;
-    /// Queues a request; dropping the receiver cancels it.
+    /// The limits of the registered model `model`.
+    fn limits(&self, model: &str) -> Limits;
+    /// Queues a text, speech or voice request on the model it names; dropping the receiver cancels it.
     fn submit(&self, request: ValidRequest) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>>;
-    /// Queues a voice lane on voice model `model`; dropping the receiver cancels it.
-    fn submit_voice(
-        &self,
-        model: ModelId,
-        input: VoiceInput,
-    ) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>>;
     fn is_ready(&self) -> bool;
     fn metrics_text(&self) -> impl Future<Output = String>;
 }
 
-/// The runtime model that serves the text routes.
-pub const TEXT_MODEL: ModelId = 0;
-
 impl Backend for Runtime {
-    fn limits(&self) -> Limits {
-        // A runtime always holds the text model; without one every request would exceed a context of 0.
-        Runtime::limits(self, TEXT_MODEL).unwrap_or(Limits { context: 0, max_waiting: 0 })
+    fn limits(&self, model: &str) -> Limits {
+        // A model that is not registered fits nothing: every request would exceed a context of 0.
+        Runtime::limits(self, model).unwrap_or(Limits { context: 0, max_waiting: 0 })
     }
 
     fn submit(&self, request: ValidRequest) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>> {
         Runtime::submit(self, request)
-    }
-
-    fn submit_voice(
-        &self,
-        model: ModelId,
-        input: VoiceInput,
-    ) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>> {
-        Runtime::submit_voice(self, model, input)
     }
 
     fn is_ready(&self) -> bool {
@@ -77,7 +61,7 @@ impl Backend for Runtime {
 pub struct AppState<B = Runtime> {
     pub runtime: B,
     pub tokenizer: Arc<Tokenizer>,
-    /// The name replies carry, whatever name the request used.
+    /// The text model's registered name, which replies carry whatever name the request used.
     pub model_name: String,
     /// When set, every route but `/health` needs `Authorization: Bearer <key>`.
     pub api_key: Option<String>,
@@ -154,7 +138,7 @@ pub(crate) fn random_u64() -> u64 {
 pub(crate) mod test_support {
     use std::sync::{Arc, OnceLock};
 
-    use crate::tokenizer::Tokenizer;
+    use tensorfold_engine::text::tokenizer::Tokenizer;
 
     const VOCAB: &[&str] = &["<s>", "</s>", "<unk>", "hello", "world", "user", "assistant", "system", ":"];
     const TEMPLATE: &str = "{% if messages[0].role == 'assistant' %}{{ raise_exception('conversations must start with \

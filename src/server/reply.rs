@@ -12,7 +12,7 @@ use super::openai::{
     CompletionChoice, CompletionLogprobs, TokenMap, TopLogprob,
 };
 use super::validate::ReplyOptions;
-use crate::tokenizer::Tokenizer;
+use tensorfold_engine::text::tokenizer::Tokenizer;
 
 /// JSON has no infinities; OpenAI-compatible servers report impossible tokens with this floor.
 const LOGPROB_FLOOR: f32 = -9999.0;
@@ -148,7 +148,7 @@ impl Collector {
                 Ok(None)
             }
             Some(Event::Done { finish, usage }) => Ok(Some(self.reply(finish, usage))),
-            Some(Event::Error { message }) => Err(ApiError::Internal(message)),
+            Some(Event::Error(e)) => Err(ApiError::Engine(e)),
             Some(Event::Audio { .. }) => Err(ApiError::Internal("audio on a text request".into())),
             None => Err(ApiError::Internal(ENDED_EARLY.to_string())),
         }
@@ -197,6 +197,7 @@ pub async fn collect(mut events: mpsc::Receiver<Event>, mut collector: Collector
 mod tests {
     use super::super::test_support::tokenizer;
     use super::*;
+    use tensorfold_actors::request_types::EngineError;
 
     fn meta(kind: Kind) -> ReplyMeta {
         ReplyMeta { id: "id-1".into(), created: 7, model: "tiny".into(), kind }
@@ -263,9 +264,12 @@ mod tests {
 
     #[actix_web::test]
     async fn test_errors_and_early_close_are_500s() {
-        let error = Event::Error { message: "device lost".into() };
+        let error = Event::Error(EngineError::Device("device lost".into()));
         match run(Kind::Chat, false, vec![token(3, "hello"), error]).await {
-            Err(ApiError::Internal(message)) => assert_eq!(message, "device lost"),
+            Err(e @ ApiError::Engine(_)) => {
+                assert_eq!(e.to_string(), "the GPU failed: device lost");
+                assert_eq!(e.body().error.code, Some("engine_device_error"));
+            }
             other => panic!("expected a 500, got {other:?}"),
         }
         match run(Kind::Completion, false, vec![token(3, "hello")]).await {

@@ -7,6 +7,7 @@ use actix_web::middleware::{from_fn, Next};
 use actix_web::{web, App, HttpRequest, HttpResponse, ResponseError};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
+use tensorfold_actors::request_types::{ValidRequest, Work};
 
 use super::error::ApiError;
 use super::openai::{ChatCompletionRequest, CompletionRequest, ModelCard, ModelList};
@@ -140,7 +141,7 @@ async fn chat_completions<B: Backend>(
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload, limit.0).await?;
     let request = ChatCompletionRequest::from_json(&body)?;
-    let (tokenizer, context) = (state.tokenizer.clone(), state.runtime.limits().context);
+    let (tokenizer, context) = (state.tokenizer.clone(), state.runtime.limits(&state.model_name).context);
     let valid = validate_off_thread(move || validate_chat(request, &tokenizer, context)).await?;
     generate(&state, Kind::Chat, valid).await
 }
@@ -153,13 +154,14 @@ async fn completions<B: Backend>(
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload, limit.0).await?;
     let request = CompletionRequest::from_json(&body)?;
-    let (tokenizer, context) = (state.tokenizer.clone(), state.runtime.limits().context);
+    let (tokenizer, context) = (state.tokenizer.clone(), state.runtime.limits(&state.model_name).context);
     let valid = validate_off_thread(move || validate_completion(request, &tokenizer, context)).await?;
     generate(&state, Kind::Completion, valid).await
 }
 
 async fn generate<B: Backend>(state: &AppState<B>, kind: Kind, valid: Validated) -> Result<HttpResponse, ApiError> {
     let Validated { request, reply } = valid;
+    let request = ValidRequest { model: state.model_name.clone(), work: Work::Tokens(request) };
     let events = state.runtime.submit(request).await?;
     let meta = ReplyMeta::new(kind, &state.model_name, unix_now());
     if reply.stream {
@@ -211,7 +213,3 @@ async fn health<B: Backend>(state: web::Data<AppState<B>>) -> HttpResponse {
 async fn metrics<B: Backend>(state: web::Data<AppState<B>>) -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(state.runtime.metrics_text().await)
 }
-
-#[cfg(test)]
-#[path = "routes_tests.rs"]
-mod tests;

@@ -6,13 +6,13 @@ use std::sync::{Arc, Mutex};
 use actix_web::body::MessageBody;
 use actix_web::http::{header, StatusCode};
 use actix_web::test;
-use tensorfold_actors::request_types::{Event, FinishReason, SubmitError, Usage, ValidRequest};
+use tensorfold_actors::request_types::{Event, FinishReason, SubmitError, Usage, ValidRequest, Work};
 use tensorfold_actors::runtime::Limits;
 use tokio::sync::mpsc;
 
-use super::super::test_support::tokenizer;
-use super::super::{AppState, Backend};
-use super::app;
+use super::routes::app;
+use super::test_support::tokenizer;
+use super::{AppState, Backend};
 
 const CONTEXT: usize = 64;
 const BODY_LIMIT: usize = 512;
@@ -45,13 +45,14 @@ impl Scripted {
 }
 
 impl Backend for Scripted {
-    fn limits(&self) -> Limits {
+    fn limits(&self, _: &str) -> Limits {
         Limits { context: CONTEXT, max_waiting: 4 }
     }
 
     fn submit(&self, request: ValidRequest) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>> {
         let this = self.clone();
         async move {
+            let Work::Tokens(request) = request.work else { return Err(SubmitError::Closed) };
             *this.seen.lock().expect("not poisoned") = Some((request.prompt.len(), request.max_tokens));
             let (sender, receiver) = mpsc::channel(8);
             let token = |id: u32, text: &str| Event::Token { id, text: text.into(), logprob: None };
@@ -73,14 +74,6 @@ impl Backend for Scripted {
             }
             Ok(receiver)
         }
-    }
-
-    fn submit_voice(
-        &self,
-        _: tensorfold_actors::engine::ModelId,
-        _: tensorfold_actors::voice::VoiceInput,
-    ) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>> {
-        std::future::ready(Err(SubmitError::Closed))
     }
 
     fn is_ready(&self) -> bool {

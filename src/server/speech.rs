@@ -6,7 +6,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use futures_util::stream::{self, Stream};
 use serde::Serialize;
-use tensorfold_actors::request_types::{Event, Usage};
+use tensorfold_actors::request_types::{Event, Usage, ValidRequest, Work};
 use tensorfold_audio::pcm::{streaming_wav_header, to_i16_le};
 use tokio::sync::mpsc;
 
@@ -14,7 +14,7 @@ use super::error::ApiError;
 use super::openai::Fields;
 use super::routes::{read_body, BodyLimit};
 use super::{random_u64, AppState, Backend};
-use crate::speech::{Speaker, MAX_INPUT_CHARS};
+use tensorfold_engine::speech::speakers::{Speaker, MAX_INPUT_CHARS};
 
 /// The response header that carries the sample rate of the PCM.
 pub const SAMPLE_RATE_HEADER: &str = "x-sample-rate";
@@ -112,7 +112,7 @@ pub(super) async fn speech<B: Backend>(
         speakers.pick(request.voice.as_deref()).map_err(|e| ApiError::invalid("voice", e.to_string()))?;
     let seed = request.seed.unwrap_or_else(random_u64);
     let rate = speaker.sample_rate();
-    let events = match speaker {
+    let work = match speaker {
         Speaker::Drama(front) => {
             if request.speed != 1.0 {
                 let (speed, name) = (request.speed, voice.name());
@@ -120,11 +120,11 @@ pub(super) async fn speech<B: Backend>(
                 return Err(ApiError::invalid("speed", message));
             }
             let (front, input) = (front.clone(), request.input.clone());
-            let valid = web::block(move || front.request(&voice, &input, seed))
+            let work = web::block(move || front.request(&voice, &input, seed))
                 .await
                 .map_err(|e| ApiError::Internal(format!("preparing the request: {e}")))?
                 .map_err(|e| ApiError::invalid("input", e.to_string()))?;
-            state.runtime.submit(valid).await?
+            Work::Tokens(work)
         }
         Speaker::Voice(v) => {
             let (text, input, speed) = (v.text.clone(), request.input.clone(), request.speed as f32);
@@ -132,9 +132,10 @@ pub(super) async fn speech<B: Backend>(
                 .await
                 .map_err(|e| ApiError::Internal(format!("preparing the request: {e}")))?
                 .map_err(|e| ApiError::invalid("input", e))?;
-            state.runtime.submit_voice(v.model, lane).await?
+            Work::Voice(lane)
         }
     };
+    let events = state.runtime.submit(ValidRequest { model: speaker.model().to_string(), work }).await?;
     let mut response = HttpResponse::Ok();
     response.insert_header((SAMPLE_RATE_HEADER, rate.to_string())).insert_header((header::CACHE_CONTROL, "no-cache"));
     response.insert_header(("X-Accel-Buffering", "no"));
@@ -174,7 +175,7 @@ pub fn audio_stream(
                 Some(Event::Audio { pcm }) => return Some((Ok(Bytes::from(to_i16_le(&pcm))), Some((events, None)))),
                 Some(Event::Token { .. }) => continue,
                 Some(Event::Done { .. }) => return None,
-                Some(Event::Error { message }) => return Some((Err(broken(message)), None)),
+                Some(Event::Error(e)) => return Some((Err(broken(e.to_string())), None)),
                 None => return Some((Err(broken("the speech request ended early".into())), None)),
             }
         }
@@ -226,8 +227,8 @@ pub fn sse_stream(
                         SpeechUsage { input_tokens: prompt_tokens, output_tokens: completion_tokens, total_tokens };
                     return Some((Ok(sse_frame(&SpeechEvent::Done { usage })), None));
                 }
-                Some(Event::Error { message }) => {
-                    let error = ApiError::Internal(message).body().error;
+                Some(Event::Error(e)) => {
+                    let error = ApiError::Engine(e).body().error;
                     return Some((Ok(sse_frame(&SpeechEvent::Error { error })), None));
                 }
                 None => {

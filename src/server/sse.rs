@@ -15,7 +15,7 @@ use super::openai::{
 };
 use super::reply::{Kind, LogprobText, ReplyMeta, ENDED_EARLY};
 use super::validate::ReplyOptions;
-use crate::tokenizer::Tokenizer;
+use tensorfold_engine::text::tokenizer::Tokenizer;
 
 pub const DONE: &str = "data: [DONE]\n\n";
 
@@ -23,12 +23,12 @@ pub const DONE: &str = "data: [DONE]\n\n";
 fn frame(value: &impl Serialize) -> String {
     match serde_json::to_string(value) {
         Ok(json) => format!("data: {json}\n\n"),
-        Err(e) => error_frame(&format!("serializing a chunk: {e}")),
+        Err(e) => error_frame(&ApiError::Internal(format!("serializing a chunk: {e}"))),
     }
 }
 
-fn error_frame(message: &str) -> String {
-    let body = ApiError::Internal(message.to_string()).body();
+fn error_frame(error: &ApiError) -> String {
+    let body = error.body();
     serde_json::to_string(&body).map_or_else(|_| String::new(), |json| format!("data: {json}\n\n"))
 }
 
@@ -84,9 +84,11 @@ impl ChunkWriter {
         match event {
             Some(Event::Token { id, text, logprob }) => (self.token(id, text, logprob.as_ref()), false),
             Some(Event::Done { finish, usage }) => (self.done(finish, usage), true),
-            Some(Event::Error { message }) => (error_frame(&message) + DONE, true),
-            Some(Event::Audio { .. }) => (error_frame("audio on a text request") + DONE, true),
-            None => (error_frame(ENDED_EARLY) + DONE, true),
+            Some(Event::Error(e)) => (error_frame(&ApiError::Engine(e)) + DONE, true),
+            Some(Event::Audio { .. }) => {
+                (error_frame(&ApiError::Internal("audio on a text request".into())) + DONE, true)
+            }
+            None => (error_frame(&ApiError::Internal(ENDED_EARLY.into())) + DONE, true),
         }
     }
 
@@ -173,6 +175,7 @@ mod tests {
 
     use super::super::test_support::tokenizer;
     use super::*;
+    use tensorfold_actors::request_types::EngineError;
 
     fn writer(kind: Kind, include_usage: bool, logprobs: bool) -> ChunkWriter {
         let meta = ReplyMeta { id: "id-1".into(), created: 7, model: "tiny".into(), kind };
@@ -256,13 +259,15 @@ mod tests {
     }
 
     #[actix_web::test]
-    async fn test_error_mid_stream_is_a_final_error_event() {
-        let error = Event::Error { message: "device lost".into() };
+    async fn test_error_mid_stream_is_a_final_error_event_named_by_the_engine() {
+        let error = Event::Error(EngineError::Device("device lost".into()));
         let got = payloads(writer(Kind::Chat, true, false), vec![token(3, "hello"), error]).await;
         assert_eq!(got.len(), 4);
+        let message = "the GPU failed: device lost";
         assert_eq!(
             got[2],
-            serde_json::json!({"error": {"message": "device lost", "type": "server_error", "param": null, "code": null}})
+            serde_json::json!({"error": {"message": message, "type": "server_error", "param": null,
+                "code": "engine_device_error"}})
         );
         assert_eq!(got[3], "[DONE]");
     }

@@ -2,13 +2,13 @@
 
 use std::sync::Arc;
 
-use tensorfold_actors::request_types::{Output, TextDecoder, ValidRequest};
+use tensorfold_engine::boundary::{Output, TextDecoder, TokenWork};
 
 use super::error::ApiError;
 use super::openai::{ChatCompletionRequest, CommonParams, CompletionRequest, Prompt};
-use crate::chat::{render_chat, ChatError, ChatMessage};
-use crate::sampling::SamplingParams;
-use crate::tokenizer::{StreamDecoder, Tokenizer};
+use tensorfold_engine::sampling::SamplingParams;
+use tensorfold_engine::text::chat::{render_chat, ChatError, ChatMessage};
+use tensorfold_engine::text::tokenizer::{StreamDecoder, Tokenizer};
 
 const MAX_STOP_STRINGS: usize = 4;
 const MAX_CHAT_TOP_LOGPROBS: u64 = 20;
@@ -45,7 +45,8 @@ pub struct ReplyOptions {
 }
 
 pub struct Validated {
-    pub request: ValidRequest,
+    /// The text model's lane.
+    pub request: TokenWork,
     pub reply: ReplyOptions,
 }
 
@@ -147,8 +148,7 @@ fn build(
     let stop_strings = common.stop.into_iter().filter(|s| !s.is_empty()).collect();
     let include_usage = common.stream_options.is_some_and(|o| o.include_usage);
     let reply = ReplyOptions { stream: common.stream, include_usage, logprobs: logprobs.is_some() };
-    let request = ValidRequest {
-        model: super::TEXT_MODEL,
+    let request = TokenWork {
         prompt,
         max_tokens,
         sampling,

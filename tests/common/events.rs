@@ -14,7 +14,7 @@ pub async fn drain(mut rx: Receiver<Event>) -> (Vec<u32>, usize, String) {
             }
             Event::Token { text: t, .. } => text.push_str(&t),
             Event::Done { .. } => return (bits, pieces, text),
-            Event::Error { message } => panic!("{message}"),
+            Event::Error(e) => panic!("{e}"),
         }
     }
     panic!("the stream ended without Done");

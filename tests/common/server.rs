@@ -33,7 +33,9 @@ pub struct Server {
 impl Server {
     /// Starts `tensorfold serve --port 0` on the default model with `extra` flags and waits until healthy.
     pub fn start(extra: &[&str]) -> Server {
-        let model = tensorfold::fetch::default_model_path().expect("fetching the default model");
+        let model = tensorfold::settings::process_fetcher()
+            .and_then(|f| f.default_model_path())
+            .expect("fetching the default model");
         Server::start_with_model(&model, extra)
     }
 

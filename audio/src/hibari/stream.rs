@@ -40,11 +40,6 @@ impl VocoderStream {
         self.first + self.f0.len()
     }
 
-    /// Frames whose samples have been returned.
-    pub fn sent_frames(&self) -> usize {
-        self.sent
-    }
-
     /// Appends the next frames of the stream.
     pub fn push(&mut self, frames: &Frames) -> Result<(), CodecError> {
         frames.check()?;

@@ -1,0 +1,211 @@
+//! The engine boundary: what the runtime drives (token engines, codecs, voices) and the plain data of one step.
+
+pub use tensorfold_kernels::attention::{KvLayout, KvPool};
+use tensorfold_kernels::ops::argmax;
+use tensorfold_kernels::sampling::SamplingParams;
+
+/// Why an engine step failed; the runtime ends that step's lanes with it and goes on with the next round.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error("the GPU failed: {0}")]
+    Device(String),
+    #[error("the round does not fit the engine: {0}")]
+    Sizing(String),
+    #[error("decoding audio: {0}")]
+    Codec(String),
+    #[error("synthesizing audio: {0}")]
+    Voice(String),
+    #[error("the engine thread panicked: {0}")]
+    Panicked(String),
+    #[error("the engine thread has stopped")]
+    Stopped,
+}
+
+impl EngineError {
+    /// The error's name in API error bodies and events.
+    pub fn code(&self) -> &'static str {
+        match self {
+            EngineError::Device(_) => "engine_device_error",
+            EngineError::Sizing(_) => "engine_sizing_error",
+            EngineError::Codec(_) => "engine_codec_error",
+            EngineError::Voice(_) => "engine_voice_error",
+            EngineError::Panicked(_) => "engine_panicked",
+            EngineError::Stopped => "engine_stopped",
+        }
+    }
+}
+
+/// Which logits a lane wants back from a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    None,
+    Last,
+    All,
+    /// The last row's largest logit: one value, its index (the first on ties, as `ops::argmax` picks it), as f32.
+    Argmax,
+}
+
+impl Logits {
+    /// How many rows of logits a step of `tokens` tokens returns.
+    pub fn rows(self, tokens: usize) -> usize {
+        match self {
+            Logits::None => 0,
+            Logits::Last | Logits::Argmax => 1.min(tokens),
+            Logits::All => tokens,
+        }
+    }
+
+    /// A step's computed logits rows as the step asked for them: `Argmax` keeps the index of the largest only.
+    pub fn take(self, rows: &[f32]) -> Vec<f32> {
+        match self {
+            Logits::Argmax if !rows.is_empty() => vec![argmax(rows) as f32],
+            _ => rows.to_vec(),
+        }
+    }
+}
+
+/// One lane's share of a round: tokens at consecutive absolute positions, and the pages holding its KV.
+pub struct LaneStep<'a> {
+    pub tokens: &'a [u32],
+    pub start_pos: usize,
+    pub pages: &'a [u32],
+    pub logits: Logits,
+}
+
+/// A model family as the runtime drives it.
+pub trait Engine: Send {
+    /// The KV pool shape for pages of `page_tokens` positions.
+    fn kv_layout(&self, page_tokens: usize) -> KvLayout;
+    fn vocab_size(&self) -> usize;
+    /// Runs every lane in one batched pass; returns each lane's requested logits rows, concatenated.
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError>;
+}
+
+/// A boxed engine is driven as the engine it holds.
+impl<T: Engine + ?Sized> Engine for Box<T> {
+    fn kv_layout(&self, page_tokens: usize) -> KvLayout {
+        (**self).kv_layout(page_tokens)
+    }
+
+    fn vocab_size(&self) -> usize {
+        (**self).vocab_size()
+    }
+
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+        (**self).forward(pool, lanes)
+    }
+}
+
+/// An engine lent for a while is driven as itself.
+impl<T: Engine + ?Sized> Engine for &mut T {
+    fn kv_layout(&self, page_tokens: usize) -> KvLayout {
+        (**self).kv_layout(page_tokens)
+    }
+
+    fn vocab_size(&self) -> usize {
+        (**self).vocab_size()
+    }
+
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+        (**self).forward(pool, lanes)
+    }
+}
+
+/// Frames of codec codes to turn into PCM: the window with its context, and the frames to keep.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodecJob {
+    /// Codes of every codebook for the window's frames, coarsest codebook first.
+    pub codes: Vec<Vec<u32>>,
+    /// Absolute index of the window's first frame in the request's audio.
+    pub first_frame: usize,
+    /// The frames whose samples are kept, relative to the window.
+    pub keep: std::ops::Range<usize>,
+}
+
+/// A speech model's codec: decodes frames into mono PCM on the engine thread, in the rounds.
+pub trait Codec: Send + Sync {
+    fn sample_rate(&self) -> u32;
+    /// Samples of `job.keep`; equal, bit for bit, to the same frames of a one-shot decode.
+    fn decode(&self, job: &CodecJob) -> Result<Vec<f32>, EngineError>;
+}
+
+/// Turns a speech lane's tokens into codec jobs, where its tokens are sampled.
+pub trait FrameSink: Send {
+    /// Takes one generated token; returns a job when more audio can be decoded exactly.
+    fn push(&mut self, id: u32) -> Option<CodecJob>;
+    /// At the end of generation: the job for whatever audio is left.
+    fn finish(&mut self) -> Option<CodecJob>;
+}
+
+/// Turns a lane's token ids into text as they arrive.
+pub trait TextDecoder: Send {
+    /// Text completed by this token (may be empty while a character is incomplete).
+    fn push(&mut self, id: u32) -> String;
+    /// Whatever is held back at the end.
+    fn finish(&mut self) -> String;
+}
+
+/// What a voice lane speaks: sentence chunks as the voice's input ids, at a speed, with noise from a seed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VoiceInput {
+    pub chunks: Vec<Vec<i64>>,
+    pub speed: f32,
+    pub seed: u64,
+}
+
+/// A voice model, run on the engine thread.
+pub trait Voice: Send + Sync {
+    /// A lane's state before its first step.
+    fn start(&self, input: VoiceInput) -> Box<dyn VoiceState>;
+}
+
+/// One lane's synthesis state; the runtime moves it to the engine thread for each step and back.
+pub trait VoiceState: Send {
+    /// One round's work: prepare the next sentence or make the next window; `None` when the audio is complete.
+    fn step(&mut self) -> Result<Option<Vec<f32>>, EngineError>;
+}
+
+/// What a token lane's tokens become.
+pub enum Output {
+    Text(Box<dyn TextDecoder>),
+    /// Codec frames, assembled where the tokens are sampled.
+    Speech(Box<dyn FrameSink>),
+}
+
+/// A lane of tokens: a prompt, how to sample, when to stop, and what the tokens become.
+pub struct TokenWork {
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Token ids that end generation (EOS and end-of-turn).
+    pub stop_ids: Vec<u32>,
+    pub stop_strings: Vec<String>,
+    /// Log-probabilities: `None` off, `Some(n)` the chosen token's and the top n.
+    pub logprobs: Option<usize>,
+    pub output: Output,
+}
+
+/// The work of one request: a lane of tokens on a token model, or a voice lane.
+pub enum Work {
+    Tokens(TokenWork),
+    Voice(VoiceInput),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Logits;
+
+    #[test]
+    fn test_logits_rows_per_step() {
+        assert_eq!([Logits::None.rows(5), Logits::Last.rows(5), Logits::All.rows(5)], [0, 1, 5]);
+        assert_eq!([Logits::Last.rows(0), Logits::All.rows(0)], [0, 0]);
+        assert_eq!([Logits::Argmax.rows(5), Logits::Argmax.rows(0)], [1, 0]);
+    }
+
+    #[test]
+    fn test_argmax_keeps_the_first_largest_index() {
+        assert_eq!(Logits::Argmax.take(&[0.5, 2.0, -1.0, 2.0]), vec![1.0]);
+        assert_eq!(Logits::Last.take(&[0.5, 2.0]), vec![0.5, 2.0]);
+        assert_eq!(Logits::Argmax.take(&[]), Vec::<f32>::new());
+    }
+}

@@ -1,0 +1,399 @@
+//! A GGUF file as a checkpoint: the configuration from its metadata, tensors under Hugging Face names.
+
+use std::borrow::Cow;
+use std::path::Path;
+
+use rayon::prelude::*;
+use tensorfold_kernels::quant::{dequantize, row_bytes};
+use tensorfold_kernels::{GgmlType, Weight};
+
+use crate::checkpoint::gguf::{GgufFile, Value};
+use crate::checkpoint::Checkpoint;
+use crate::error::LoadError;
+use crate::llama::config::ModelConfig;
+
+/// Architectures whose GGUF layout this loader knows.
+const ARCHITECTURES: [&str; 3] = ["llama", "qwen2", "qwen3"];
+
+/// A memory-mapped GGUF checkpoint whose tensors are found by Hugging Face name, else by GGUF name.
+///
+/// A GGUF Llama 3 keeps its RoPE scaling in the tensor `rope_freqs.weight`, so `rope_scaling` is `None`.
+pub struct GgufCheckpoint {
+    file: GgufFile,
+    config: ModelConfig,
+}
+
+impl GgufCheckpoint {
+    pub fn open(path: &Path) -> Result<GgufCheckpoint, LoadError> {
+        Self::from_file(GgufFile::open(path)?)
+    }
+
+    pub fn from_file(file: GgufFile) -> Result<GgufCheckpoint, LoadError> {
+        let config = model_config(&file)?;
+        Ok(GgufCheckpoint { file, config })
+    }
+
+    /// The parsed file, for its metadata (the tokenizer lives there).
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+}
+
+impl Checkpoint for GgufCheckpoint {
+    fn path(&self) -> &Path {
+        &self.file.path
+    }
+
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.file.tensor(&gguf_name(name)).is_some()
+    }
+
+    /// Q4_0, Q4_1 and Q8_0 matrices stay quantized; every other tensor, and every 1-D one, is f32.
+    fn weight(&self, name: &str) -> Result<Weight, LoadError> {
+        let path = &self.file.path;
+        let gguf = gguf_name(name);
+        let info = self.file.tensor(&gguf).ok_or_else(|| LoadError::MissingTensor {
+            path: path.clone(),
+            name: if gguf == name { name.into() } else { format!("{name} ({gguf})") },
+        })?;
+        let fault = |fault: String| LoadError::Tensor { path: path.clone(), name: gguf.to_string(), fault };
+        let to_usize = |d: u64| usize::try_from(d).map_err(|_| fault(format!("dim {d} overflows")));
+        let (rows, cols) = match info.dims[..] {
+            [cols] => (1, to_usize(cols)?),
+            [cols, rows] => (to_usize(rows)?, to_usize(cols)?),
+            ref dims => return Err(fault(format!("dims {dims:?} are not 1-D or 2-D"))),
+        };
+        let bytes = self.file.tensor_bytes(info);
+        let row_len = row_bytes(info.ty, cols).filter(|&n| n.checked_mul(rows) == Some(bytes.len()));
+        let Some(row_len) = row_len else {
+            return Err(fault(format!("{} bytes do not hold {rows} rows of {cols} {:?}", bytes.len(), info.ty)));
+        };
+        let keep_quantized = matches!(info.ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
+        if keep_quantized && info.dims.len() == 2 {
+            return Ok(Weight::Quant { ty: info.ty, rows, cols, data: bytes.to_vec() });
+        }
+        let mut data = vec![0.0; rows * cols];
+        if row_len > 0 {
+            let ty = info.ty;
+            data.par_chunks_mut(cols).zip(bytes.par_chunks(row_len)).for_each(|(out, row)| dequantize(ty, row, out));
+        }
+        Ok(Weight::F32 { rows, cols, data })
+    }
+}
+
+/// The GGUF name of a Hugging Face tensor name; other names come back unchanged.
+pub fn gguf_name(hf: &str) -> Cow<'_, str> {
+    let global = match hf {
+        "model.embed_tokens.weight" => Some("token_embd.weight"),
+        "lm_head.weight" => Some("output.weight"),
+        "model.norm.weight" => Some("output_norm.weight"),
+        _ => None,
+    };
+    if let Some(name) = global {
+        return Cow::Borrowed(name);
+    }
+    layer_name(hf).map_or(Cow::Borrowed(hf), Cow::Owned)
+}
+
+fn layer_name(hf: &str) -> Option<String> {
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (module, kind) = rest.rsplit_once('.')?;
+    let gguf = match (module, kind) {
+        ("input_layernorm", "weight") => "attn_norm",
+        ("post_attention_layernorm", "weight") => "ffn_norm",
+        ("self_attn.q_proj", _) => "attn_q",
+        ("self_attn.k_proj", _) => "attn_k",
+        ("self_attn.v_proj", _) => "attn_v",
+        ("self_attn.o_proj", _) => "attn_output",
+        ("self_attn.q_norm", "weight") => "attn_q_norm",
+        ("self_attn.k_norm", "weight") => "attn_k_norm",
+        ("mlp.gate_proj", "weight") => "ffn_gate",
+        ("mlp.up_proj", "weight") => "ffn_up",
+        ("mlp.down_proj", "weight") => "ffn_down",
+        _ => return None,
+    };
+    matches!(kind, "weight" | "bias").then(|| format!("blk.{layer}.{gguf}.{kind}"))
+}
+
+/// Reads the metadata keys of one architecture, failing with the key's name.
+struct Meta<'a> {
+    file: &'a GgufFile,
+    arch: &'a str,
+}
+
+impl Meta<'_> {
+    fn fault(&self, fault: String) -> LoadError {
+        LoadError::format(&self.file.path, fault)
+    }
+
+    fn get(&self, suffix: &str) -> (String, Option<&Value>) {
+        let key = format!("{}.{suffix}", self.arch);
+        let value = self.file.get(&key);
+        (key, value)
+    }
+
+    fn usize_or(&self, suffix: &str, default: Option<usize>) -> Result<usize, LoadError> {
+        match self.get(suffix) {
+            (key, None) => default.ok_or_else(|| self.fault(format!("missing metadata key {key}"))),
+            (key, Some(v)) => v
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| self.fault(format!("{key} is {v:?}, expected a non-negative integer"))),
+        }
+    }
+
+    fn usize(&self, suffix: &str) -> Result<usize, LoadError> {
+        self.usize_or(suffix, None)
+    }
+
+    fn f32_or(&self, suffix: &str, default: Option<f32>) -> Result<f32, LoadError> {
+        match self.get(suffix) {
+            (key, None) => default.ok_or_else(|| self.fault(format!("missing metadata key {key}"))),
+            (key, Some(v)) => v
+                .as_f64()
+                .map(|x| x as f32)
+                .filter(|x| x.is_finite())
+                .ok_or_else(|| self.fault(format!("{key} is {v:?}, expected a finite number"))),
+        }
+    }
+}
+
+/// Builds the model configuration from the file's metadata and which tensors it holds.
+fn model_config(file: &GgufFile) -> Result<ModelConfig, LoadError> {
+    let fault = |fault: String| LoadError::format(&file.path, fault);
+    let arch = file
+        .get("general.architecture")
+        .and_then(Value::as_str)
+        .ok_or_else(|| fault("missing metadata key general.architecture".into()))?;
+    if !ARCHITECTURES.contains(&arch) {
+        return Err(fault(format!("unsupported architecture {arch:?} (supported: {})", ARCHITECTURES.join(", "))));
+    }
+    let meta = Meta { file, arch };
+    if let (key, Some(v)) = meta.get("rope.scaling.type") {
+        if v.as_str() != Some("none") {
+            return Err(fault(format!("{key} is {v:?}; only unscaled RoPE or a rope_freqs tensor is supported")));
+        }
+    }
+    let hidden_size = meta.usize("embedding_length")?;
+    let num_heads = meta.usize("attention.head_count")?;
+    let num_kv_heads = meta.usize_or("attention.head_count_kv", Some(num_heads))?;
+    if hidden_size == 0 || num_heads == 0 || num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
+        return Err(fault(format!(
+            "{num_heads} heads, {num_kv_heads} kv heads and width {hidden_size} do not make a model"
+        )));
+    }
+    let head_dim = meta.usize_or("attention.key_length", Some(hidden_size / num_heads))?;
+    let embedding_rows = file.tensor("token_embd.weight").and_then(|t| match t.dims[..] {
+        [_, rows] => usize::try_from(rows).ok(),
+        _ => None,
+    });
+    let num_tokens = file.get("tokenizer.ggml.tokens").and_then(Value::as_array).map(<[Value]>::len);
+    let vocab_size = embedding_rows.or(num_tokens).ok_or_else(|| {
+        fault("no token_embd.weight matrix and no tokenizer.ggml.tokens to size the vocabulary".into())
+    })?;
+    Ok(ModelConfig {
+        arch: arch.to_string(),
+        vocab_size,
+        hidden_size,
+        intermediate_size: meta.usize("feed_forward_length")?,
+        num_layers: meta.usize("block_count")?,
+        num_heads,
+        num_kv_heads,
+        head_dim,
+        rms_eps: meta.f32_or("attention.layer_norm_rms_epsilon", None)?,
+        rope_theta: meta.f32_or("rope.freq_base", Some(10_000.0))?,
+        rope_scaling: None,
+        // llama.cpp's converter permutes Llama q/k rows for adjacent-pair RoPE; Qwen keeps the halves.
+        rope_interleaved: arch == "llama",
+        max_position: meta.usize("context_length")?,
+        tie_embeddings: file.tensor("output.weight").is_none(),
+        attn_bias: file.tensor("blk.0.attn_q.bias").is_some(),
+        qk_norm: file.tensor("blk.0.attn_q_norm.weight").is_some(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::gguf::write::{f32_bytes, GgufWriter};
+
+    /// Blocks of seeded bytes with every f16 scale field set to a finite value.
+    fn blocks(ty: GgmlType, num_blocks: usize, scale_offsets: &[usize]) -> Vec<u8> {
+        let mut state = 0x1234_5678u32;
+        let mut bytes: Vec<u8> = (0..num_blocks * ty.block_bytes())
+            .map(|_| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (state >> 24) as u8
+            })
+            .collect();
+        for block in bytes.chunks_mut(ty.block_bytes()) {
+            for &at in scale_offsets {
+                block[at..at + 2].copy_from_slice(&half::f16::from_f32(0.03).to_le_bytes());
+            }
+        }
+        bytes
+    }
+
+    fn tiny_qwen2() -> GgufWriter {
+        let u32v = Value::U32;
+        GgufWriter::new()
+            .kv("general.architecture", Value::String("qwen2".into()))
+            .kv("qwen2.block_count", u32v(1))
+            .kv("qwen2.embedding_length", u32v(256))
+            .kv("qwen2.feed_forward_length", u32v(512))
+            .kv("qwen2.attention.head_count", u32v(4))
+            .kv("qwen2.attention.head_count_kv", u32v(2))
+            .kv("qwen2.attention.layer_norm_rms_epsilon", Value::F32(1e-6))
+            .kv("qwen2.context_length", u32v(4096))
+            .tensor("token_embd.weight", &[256, 8], GgmlType::Q8_0, blocks(GgmlType::Q8_0, 64, &[0]))
+            .tensor("blk.0.attn_norm.weight", &[256], GgmlType::F16, [0x00, 0x3c].repeat(256))
+            .tensor("blk.0.attn_q.weight", &[256, 4], GgmlType::Q4K, blocks(GgmlType::Q4K, 4, &[0, 2]))
+            .tensor("blk.0.attn_q.bias", &[256], GgmlType::F32, f32_bytes(&[0.5; 256]))
+            .tensor("blk.0.attn_k.weight", &[256, 2], GgmlType::Q4_1, blocks(GgmlType::Q4_1, 16, &[0, 2]))
+            .tensor("output_norm.weight", &[256], GgmlType::BF16, [0x80, 0x3f].repeat(256))
+    }
+
+    fn open(writer: &GgufWriter) -> (tempfile::TempDir, Result<GgufCheckpoint, LoadError>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        std::fs::write(&path, writer.write().bytes).unwrap();
+        let ckpt = GgufCheckpoint::open(&path);
+        (dir, ckpt)
+    }
+
+    #[test]
+    fn test_config_from_qwen2_metadata() {
+        let (_dir, ckpt) = open(&tiny_qwen2());
+        let config = ckpt.unwrap().config().clone();
+        let expected = ModelConfig {
+            arch: "qwen2".into(),
+            vocab_size: 8,
+            hidden_size: 256,
+            intermediate_size: 512,
+            num_layers: 1,
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 64,
+            rms_eps: 1e-6,
+            rope_theta: 10_000.0,
+            rope_scaling: None,
+            rope_interleaved: false,
+            max_position: 4096,
+            tie_embeddings: true,
+            attn_bias: true,
+            qk_norm: false,
+        };
+        assert_eq!(config, expected);
+    }
+
+    #[test]
+    fn test_weights_by_hugging_face_name() {
+        let (_dir, ckpt) = open(&tiny_qwen2());
+        let ckpt = ckpt.unwrap();
+        let bytes_of = |name: &str| ckpt.file().tensor_bytes(ckpt.file().tensor(name).unwrap()).to_vec();
+
+        let embed = ckpt.weight("model.embed_tokens.weight").unwrap();
+        assert!(matches!(&embed, Weight::Quant { ty: GgmlType::Q8_0, rows: 8, cols: 256, data }
+            if *data == bytes_of("token_embd.weight")));
+        let k = ckpt.weight("model.layers.0.self_attn.k_proj.weight").unwrap();
+        assert!(matches!(k, Weight::Quant { ty: GgmlType::Q4_1, rows: 2, cols: 256, .. }));
+
+        let Weight::F32 { rows: 4, cols: 256, data } = ckpt.weight("model.layers.0.self_attn.q_proj.weight").unwrap()
+        else {
+            panic!("a Q4_K matrix should come back as f32");
+        };
+        let mut expected = vec![0.0; 4 * 256];
+        dequantize(GgmlType::Q4K, &bytes_of("blk.0.attn_q.weight"), &mut expected);
+        assert_eq!(data, expected);
+
+        let norm = ckpt.weight("model.layers.0.input_layernorm.weight").unwrap();
+        assert!(matches!(norm, Weight::F32 { rows: 1, cols: 256, ref data } if data.iter().all(|&x| x == 1.0)));
+        let bias = ckpt.weight("model.layers.0.self_attn.q_proj.bias").unwrap();
+        assert!(matches!(bias, Weight::F32 { rows: 1, cols: 256, ref data } if data[0] == 0.5));
+        let out_norm = ckpt.weight("model.norm.weight").unwrap();
+        assert!(matches!(out_norm, Weight::F32 { ref data, .. } if data[255] == 1.0));
+
+        assert!(ckpt.contains("model.layers.0.self_attn.q_proj.bias"));
+        assert!(!ckpt.contains("lm_head.weight"));
+        let err = ckpt.weight("lm_head.weight").unwrap_err().to_string();
+        assert!(err.contains("missing tensor lm_head.weight (output.weight)"), "{err}");
+    }
+
+    #[test]
+    fn test_llama_with_output_and_rope_freqs() {
+        let writer = GgufWriter::new()
+            .kv("general.architecture", Value::String("llama".into()))
+            .kv("llama.block_count", Value::U32(2))
+            .kv("llama.embedding_length", Value::U32(64))
+            .kv("llama.feed_forward_length", Value::U32(128))
+            .kv("llama.attention.head_count", Value::U32(2))
+            .kv("llama.attention.key_length", Value::U32(16))
+            .kv("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5))
+            .kv("llama.rope.freq_base", Value::F32(500_000.0))
+            .kv("llama.context_length", Value::U64(131_072))
+            .kv("tokenizer.ggml.tokens", Value::Array(vec![Value::String("a".into()); 5]))
+            .tensor("output.weight", &[64, 5], GgmlType::F32, f32_bytes(&[0.25; 320]))
+            .tensor("blk.0.attn_q_norm.weight", &[16], GgmlType::F32, f32_bytes(&[1.0; 16]))
+            .tensor("rope_freqs.weight", &[8], GgmlType::F32, f32_bytes(&[1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0, 8.0]));
+        let (_dir, ckpt) = open(&writer);
+        let ckpt = ckpt.unwrap();
+        let c = ckpt.config();
+        assert_eq!((c.num_kv_heads, c.head_dim, c.vocab_size), (2, 16, 5));
+        assert_eq!((c.rope_theta, c.max_position), (500_000.0, 131_072));
+        assert!(c.rope_interleaved && !c.tie_embeddings && c.qk_norm && !c.attn_bias);
+        let freqs = ckpt.weight("rope_freqs.weight").unwrap();
+        assert!(matches!(freqs, Weight::F32 { rows: 1, cols: 8, ref data } if data[2] == 4.0));
+        let lm_head = ckpt.weight("lm_head.weight").unwrap();
+        assert!(matches!(lm_head, Weight::F32 { rows: 5, cols: 64, .. }));
+    }
+
+    #[test]
+    fn test_config_errors_name_the_fault() {
+        let unsupported = GgufWriter::new().kv("general.architecture", Value::String("gpt2".into()));
+        let err = open(&unsupported).1.err().unwrap().to_string();
+        assert!(err.contains("unsupported architecture \"gpt2\""), "{err}");
+
+        let mut missing = tiny_qwen2();
+        missing.kvs.retain(|(k, _)| k != "qwen2.block_count");
+        let err = open(&missing).1.err().unwrap().to_string();
+        assert!(err.contains("missing metadata key qwen2.block_count"), "{err}");
+
+        let scaled = tiny_qwen2().kv("qwen2.rope.scaling.type", Value::String("yarn".into()));
+        let err = open(&scaled).1.err().unwrap().to_string();
+        assert!(err.contains("qwen2.rope.scaling.type"), "{err}");
+
+        let mut bad_heads = tiny_qwen2();
+        for (key, value) in &mut bad_heads.kvs {
+            if key == "qwen2.attention.head_count" {
+                *value = Value::U32(0);
+            }
+        }
+        let err = open(&bad_heads).1.err().unwrap().to_string();
+        assert!(err.contains("0 heads"), "{err}");
+    }
+
+    #[test]
+    fn test_hugging_face_names_map_to_gguf() {
+        let cases = [
+            ("model.layers.12.self_attn.o_proj.weight", "blk.12.attn_output.weight"),
+            ("model.layers.3.self_attn.v_proj.bias", "blk.3.attn_v.bias"),
+            ("model.layers.0.self_attn.k_norm.weight", "blk.0.attn_k_norm.weight"),
+            ("model.layers.7.post_attention_layernorm.weight", "blk.7.ffn_norm.weight"),
+            ("model.layers.1.mlp.gate_proj.weight", "blk.1.ffn_gate.weight"),
+            ("model.layers.1.mlp.up_proj.weight", "blk.1.ffn_up.weight"),
+            ("model.layers.1.mlp.down_proj.weight", "blk.1.ffn_down.weight"),
+            ("rope_freqs.weight", "rope_freqs.weight"),
+            ("model.layers.x.mlp.up_proj.weight", "model.layers.x.mlp.up_proj.weight"),
+            ("model.layers.1.mlp.up_proj.scale", "model.layers.1.mlp.up_proj.scale"),
+        ];
+        for (hf, gguf) in cases {
+            assert_eq!(gguf_name(hf), gguf, "{hf}");
+        }
+    }
+}

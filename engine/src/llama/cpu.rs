@@ -1,0 +1,403 @@
+//! The Llama family (Llama 2/3, Qwen2/2.5, Qwen3, SmolLM2) on CPU: one model, the variants as config.
+
+use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
+use tensorfold_kernels::attention::{attend, Query};
+use tensorfold_kernels::matmul::matmul;
+use tensorfold_kernels::ops::{self, Rope};
+use tensorfold_kernels::weight::concat_rows;
+use tensorfold_kernels::Weight;
+
+use crate::checkpoint::Checkpoint;
+use crate::error::LoadError;
+use crate::llama::config::ModelConfig;
+use crate::llama::forward::{forward, LayerNorm, LlamaSteps};
+
+/// Per-head RMSNorm weights of q and k (Qwen3).
+struct QkNorm {
+    q: Vec<f32>,
+    k: Vec<f32>,
+}
+
+struct Attention {
+    /// q, k and v projections stacked by rows.
+    qkv: Weight,
+    qkv_bias: Option<Vec<f32>>,
+    qk_norm: Option<QkNorm>,
+    o: Weight,
+    o_bias: Option<Vec<f32>>,
+}
+
+struct Mlp {
+    /// gate and up projections stacked by rows.
+    gate_up: Weight,
+    down: Weight,
+}
+
+struct Layer {
+    input_norm: Vec<f32>,
+    attn: Attention,
+    post_attn_norm: Vec<f32>,
+    mlp: Mlp,
+}
+
+pub struct Llama {
+    cfg: ModelConfig,
+    embed: Weight,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    /// `None` when the head is tied to the embedding.
+    lm_head: Option<Weight>,
+    rope: Rope,
+}
+
+/// Loads tensors by Hugging Face name and checks their shapes against the config.
+pub(crate) struct Loader<'a> {
+    pub(crate) ckpt: &'a dyn Checkpoint,
+}
+
+impl Loader<'_> {
+    pub(crate) fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight, LoadError> {
+        let w = self.ckpt.weight(name)?;
+        if (w.rows(), w.cols()) != (rows, cols) {
+            let fault = format!("shape {}x{} disagrees with the config's {rows}x{cols}", w.rows(), w.cols());
+            return Err(LoadError::Tensor { path: self.ckpt.path().into(), name: name.into(), fault });
+        }
+        Ok(w)
+    }
+
+    pub(crate) fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, LoadError> {
+        Ok(self.matrix(name, 1, len)?.to_f32())
+    }
+
+    fn attention(&self, p: &str, c: &ModelConfig) -> Result<Attention, LoadError> {
+        let (h, q_dim, kv_dim) = (c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        let q = self.matrix(&format!("{p}.q_proj.weight"), q_dim, h)?;
+        let k = self.matrix(&format!("{p}.k_proj.weight"), kv_dim, h)?;
+        let v = self.matrix(&format!("{p}.v_proj.weight"), kv_dim, h)?;
+        let qkv_bias = if c.attn_bias {
+            let mut b = self.vector(&format!("{p}.q_proj.bias"), q_dim)?;
+            b.extend(self.vector(&format!("{p}.k_proj.bias"), kv_dim)?);
+            b.extend(self.vector(&format!("{p}.v_proj.bias"), kv_dim)?);
+            Some(b)
+        } else {
+            None
+        };
+        let qk_norm = if c.qk_norm {
+            let q = self.vector(&format!("{p}.q_norm.weight"), c.head_dim)?;
+            Some(QkNorm { q, k: self.vector(&format!("{p}.k_norm.weight"), c.head_dim)? })
+        } else {
+            None
+        };
+        let o = self.matrix(&format!("{p}.o_proj.weight"), h, q_dim)?;
+        let o_bias_name = format!("{p}.o_proj.bias");
+        let o_bias = match self.ckpt.contains(&o_bias_name) {
+            true => Some(self.vector(&o_bias_name, h)?),
+            false => None,
+        };
+        Ok(Attention { qkv: concat_rows(&[q, k, v]), qkv_bias, qk_norm, o, o_bias })
+    }
+
+    fn layer(&self, i: usize, c: &ModelConfig) -> Result<Layer, LoadError> {
+        let p = format!("model.layers.{i}");
+        let (h, f) = (c.hidden_size, c.intermediate_size);
+        let gate = self.matrix(&format!("{p}.mlp.gate_proj.weight"), f, h)?;
+        let up = self.matrix(&format!("{p}.mlp.up_proj.weight"), f, h)?;
+        Ok(Layer {
+            input_norm: self.vector(&format!("{p}.input_layernorm.weight"), h)?,
+            attn: self.attention(&format!("{p}.self_attn"), c)?,
+            post_attn_norm: self.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+            mlp: Mlp {
+                gate_up: concat_rows(&[gate, up]),
+                down: self.matrix(&format!("{p}.mlp.down_proj.weight"), h, f)?,
+            },
+        })
+    }
+}
+
+/// Inverse frequencies as Hugging Face computes them, with Llama 3 scaling or GGUF frequency factors.
+pub(crate) fn rope_inv_freq(c: &ModelConfig, factors: Option<&[f32]>) -> Vec<f32> {
+    let d = c.head_dim;
+    let base: Vec<f32> =
+        (0..d / 2).map(|i| (1.0 / (c.rope_theta as f64).powf((2 * i) as f64 / d as f64)) as f32).collect();
+    if let Some(factors) = factors {
+        return base.iter().zip(factors).map(|(f, s)| f / s).collect();
+    }
+    let Some(s) = &c.rope_scaling else {
+        return base;
+    };
+    let old = s.original_max_position as f32;
+    let (low_wavelen, high_wavelen) = (old / s.low_freq_factor, old / s.high_freq_factor);
+    base.iter()
+        .map(|&f| {
+            let wavelen = 2.0 * std::f32::consts::PI / f;
+            if wavelen < high_wavelen {
+                f
+            } else if wavelen > low_wavelen {
+                f / s.factor
+            } else {
+                let smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+                (1.0 - smooth) * f / s.factor + smooth * f
+            }
+        })
+        .collect()
+}
+
+impl Llama {
+    pub fn load(ckpt: &dyn Checkpoint) -> Result<Llama, LoadError> {
+        Llama::load_with_progress(ckpt, &mut |_, _| {})
+    }
+
+    /// Loads, calling `progress(layers_done, num_layers)` after each layer.
+    pub fn load_with_progress(
+        ckpt: &dyn Checkpoint,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Llama, LoadError> {
+        let c = ckpt.config().clone();
+        let ld = Loader { ckpt };
+        let embed = ld.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size)?;
+        let mut layers = Vec::with_capacity(c.num_layers);
+        for i in 0..c.num_layers {
+            layers.push(ld.layer(i, &c)?);
+            progress(i + 1, c.num_layers);
+        }
+        let norm = ld.vector("model.norm.weight", c.hidden_size)?;
+        let lm_head = if c.tie_embeddings && !ckpt.contains("lm_head.weight") {
+            None
+        } else {
+            Some(ld.matrix("lm_head.weight", c.vocab_size, c.hidden_size)?)
+        };
+        let factors = match ckpt.contains("rope_freqs.weight") {
+            true => Some(ld.vector("rope_freqs.weight", c.head_dim / 2)?),
+            false => None,
+        };
+        let rope = Rope { inv_freq: rope_inv_freq(&c, factors.as_deref()), interleaved: c.rope_interleaved };
+        Ok(Llama { cfg: c, embed, layers, norm, lm_head, rope })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Bytes held by the weights.
+    pub fn num_weight_bytes(&self) -> usize {
+        let l = |l: &Layer| {
+            l.attn.qkv.num_bytes() + l.attn.o.num_bytes() + l.mlp.gate_up.num_bytes() + l.mlp.down.num_bytes()
+        };
+        self.embed.num_bytes()
+            + self.lm_head.as_ref().map_or(0, Weight::num_bytes)
+            + self.layers.iter().map(l).sum::<usize>()
+    }
+
+    /// Upper bound of one round's activation bytes for `num_tokens` tokens over `num_lanes` lanes.
+    pub fn activation_bytes(&self, num_tokens: usize, num_lanes: usize) -> usize {
+        let c = &self.cfg;
+        let qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+        let per_token = 4 * c.hidden_size + qkv + c.num_heads * c.head_dim + 3 * c.intermediate_size;
+        4 * (num_tokens * per_token + num_lanes * (c.vocab_size + c.hidden_size))
+    }
+}
+
+impl Engine for Llama {
+    fn kv_layout(&self, page_tokens: usize) -> KvLayout {
+        self.cfg.kv_layout(page_tokens)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+        Ok(self.run(pool, lanes))
+    }
+}
+
+/// The CPU model keeps nothing between rounds, so drivers may share one by reference.
+impl Engine for &Llama {
+    fn kv_layout(&self, page_tokens: usize) -> KvLayout {
+        self.cfg.kv_layout(page_tokens)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+        Ok(self.run(pool, lanes))
+    }
+}
+
+impl Llama {
+    /// Every lane in one batched pass; returns each lane's requested logits rows.
+    pub fn run(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<Vec<f32>> {
+        // The pass runs on a compute thread, so its many parallel kernels are not each handed over from outside.
+        rayon::scope(|_| self.forward_on_pool(pool, lanes))
+    }
+
+    fn forward_on_pool(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<Vec<f32>> {
+        let queries: Vec<(usize, &[u32])> =
+            lanes.iter().flat_map(|l| (0..l.tokens.len()).map(move |i| (l.start_pos + i, l.pages))).collect();
+        let mut pass = CpuPass {
+            m: self,
+            pool,
+            lanes,
+            queries,
+            x: Vec::new(),
+            normed: Vec::new(),
+            qkv: Vec::new(),
+            attn: Vec::new(),
+            delta: Vec::new(),
+            act: Vec::new(),
+            out: Vec::new(),
+        };
+        let Ok(()) = forward(&mut pass, self.layers.len());
+        pass.out
+    }
+}
+
+/// One CPU pass over a round's rows: the buffers the steps of `forward` read and write.
+struct CpuPass<'a, 'l> {
+    m: &'a Llama,
+    pool: &'a mut KvPool,
+    lanes: &'a [LaneStep<'l>],
+    /// Each row's position and its lane's pages.
+    queries: Vec<(usize, &'l [u32])>,
+    x: Vec<f32>,
+    normed: Vec<f32>,
+    qkv: Vec<f32>,
+    attn: Vec<f32>,
+    delta: Vec<f32>,
+    act: Vec<f32>,
+    out: Vec<Vec<f32>>,
+}
+
+impl LlamaSteps for CpuPass<'_, '_> {
+    type Error = std::convert::Infallible;
+
+    fn embed(&mut self) -> Result<(), Self::Error> {
+        let h = self.m.cfg.hidden_size;
+        let tokens = self.lanes.iter().flat_map(|l| l.tokens.iter().copied());
+        self.x = vec![0f32; self.queries.len() * h];
+        for (row, tok) in self.x.chunks_exact_mut(h).zip(tokens) {
+            self.m.embed.row_f32(tok as usize, row);
+        }
+        Ok(())
+    }
+
+    fn norm(&mut self, li: usize, which: LayerNorm) -> Result<(), Self::Error> {
+        let layer = &self.m.layers[li];
+        let w = match which {
+            LayerNorm::Input => &layer.input_norm,
+            LayerNorm::PostAttention => &layer.post_attn_norm,
+        };
+        self.normed = vec![0f32; self.x.len()];
+        ops::rms_norm(&self.x, w, self.m.cfg.rms_eps, &mut self.normed);
+        Ok(())
+    }
+
+    fn qkv(&mut self, li: usize) -> Result<(), Self::Error> {
+        let (c, attn) = (&self.m.cfg, &self.m.layers[li].attn);
+        let width = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+        self.qkv = vec![0f32; self.queries.len() * width];
+        matmul(&self.normed, self.queries.len(), &attn.qkv, &mut self.qkv);
+        if let Some(b) = &attn.qkv_bias {
+            ops::add_bias(&mut self.qkv, b);
+        }
+        Ok(())
+    }
+
+    fn rope_store(&mut self, li: usize) -> Result<(), Self::Error> {
+        let (c, attn) = (&self.m.cfg, &self.m.layers[li].attn);
+        let (q_dim, kv_dim) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        for (row, &(pos, pages)) in self.qkv.chunks_exact_mut(q_dim + 2 * kv_dim).zip(&self.queries) {
+            let (q, kv) = row.split_at_mut(q_dim);
+            let (k, v) = kv.split_at_mut(kv_dim);
+            if let Some(n) = &attn.qk_norm {
+                ops::rms_norm_in_place(q, &n.q, c.rms_eps);
+                ops::rms_norm_in_place(k, &n.k, c.rms_eps);
+            }
+            self.m.rope.apply(q, pos);
+            self.m.rope.apply(k, pos);
+            self.pool.write(li, pages, pos, k, v);
+        }
+        Ok(())
+    }
+
+    fn attend(&mut self, li: usize) -> Result<(), Self::Error> {
+        let c = &self.m.cfg;
+        let q_dim = c.num_heads * c.head_dim;
+        let width = q_dim + 2 * c.num_kv_heads * c.head_dim;
+        let qs: Vec<Query> = self
+            .qkv
+            .chunks_exact(width)
+            .zip(&self.queries)
+            .map(|(r, &(pos, pages))| Query { q: &r[..q_dim], pos, pages })
+            .collect();
+        self.attn = vec![0f32; self.queries.len() * q_dim];
+        attend(self.pool, li, &qs, c.num_heads, &mut self.attn);
+        Ok(())
+    }
+
+    fn o_proj(&mut self, li: usize) -> Result<(), Self::Error> {
+        let attn = &self.m.layers[li].attn;
+        self.delta = vec![0f32; self.x.len()];
+        matmul(&self.attn, self.queries.len(), &attn.o, &mut self.delta);
+        if let Some(b) = &attn.o_bias {
+            ops::add_bias(&mut self.delta, b);
+        }
+        Ok(())
+    }
+
+    fn gate_up(&mut self, li: usize) -> Result<(), Self::Error> {
+        let (f, t) = (self.m.cfg.intermediate_size, self.queries.len());
+        let mut gate_up = vec![0f32; t * 2 * f];
+        matmul(&self.normed, t, &self.m.layers[li].mlp.gate_up, &mut gate_up);
+        self.act = vec![0f32; t * f];
+        ops::swiglu(&gate_up, f, &mut self.act);
+        Ok(())
+    }
+
+    fn down(&mut self, li: usize) -> Result<(), Self::Error> {
+        self.delta = vec![0f32; self.x.len()];
+        matmul(&self.act, self.queries.len(), &self.m.layers[li].mlp.down, &mut self.delta);
+        Ok(())
+    }
+
+    fn add(&mut self) -> Result<(), Self::Error> {
+        ops::add_in_place(&mut self.x, &self.delta);
+        Ok(())
+    }
+
+    fn logits(&mut self) -> Result<(), Self::Error> {
+        let (m, h) = (self.m, self.m.cfg.hidden_size);
+        let mut rows = Vec::new();
+        let mut start = 0;
+        for lane in self.lanes {
+            let n = lane.tokens.len();
+            let wanted = match lane.logits {
+                Logits::None => start + n..start + n,
+                Logits::Last | Logits::Argmax => start + n - 1..start + n,
+                Logits::All => start..start + n,
+            };
+            rows.push(wanted);
+            start += n;
+        }
+        let picked: Vec<f32> = rows.iter().flat_map(|r| self.x[r.start * h..r.end * h].iter().copied()).collect();
+        let num = picked.len() / h;
+        let mut normed = vec![0f32; picked.len()];
+        ops::rms_norm(&picked, &m.norm, m.cfg.rms_eps, &mut normed);
+        let vocab = m.cfg.vocab_size;
+        let mut logits = vec![0f32; num * vocab];
+        matmul(&normed, num, m.lm_head.as_ref().unwrap_or(&m.embed), &mut logits);
+        let mut at = 0;
+        self.out = rows
+            .iter()
+            .zip(self.lanes)
+            .map(|(r, lane)| {
+                let len = (r.end - r.start) * vocab;
+                at += len;
+                lane.logits.take(&logits[at - len..at])
+            })
+            .collect();
+        Ok(())
+    }
+}

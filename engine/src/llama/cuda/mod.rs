@@ -1,0 +1,510 @@
+//! The Llama family on a CUDA GPU: bf16 weights, f32 residual stream and KV, our batch-invariant kernels.
+
+use std::collections::hash_map::{Entry, HashMap};
+use std::sync::Arc;
+
+use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
+use crate::memory::{Alloc, Held, MemoryKind};
+use half::bf16;
+use rayon::prelude::*;
+use tensorfold_kernels::cuda::{
+    gate_up_order, pack_weight, DevPtr, Gpu, GpuError, Graph, KernelOptions, ATTENTION_SPLIT, MAX_GROUP, MAX_HEAD_DIM,
+};
+use tensorfold_kernels::Weight;
+
+use crate::checkpoint::Checkpoint;
+use crate::error::LoadError;
+use crate::llama::config::ModelConfig;
+use crate::llama::{rope_inv_freq, Loader};
+
+mod queue;
+
+/// A recorded round's row count, KV pool keys, values and page size, RoPE fusion and norm folding.
+type GraphKey = (usize, DevPtr, DevPtr, usize, bool, bool);
+
+/// What one round may hold: the buffers are sized for it at load.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizing {
+    /// Most tokens in one forward.
+    pub max_tokens: usize,
+    /// Most lanes in one forward.
+    pub max_lanes: usize,
+    /// Most positions of one lane.
+    pub context: usize,
+}
+
+struct GpuLayer {
+    input_norm: DevPtr,
+    qkv: DevPtr,
+    qkv_bias: DevPtr,
+    q_norm: DevPtr,
+    k_norm: DevPtr,
+    o: DevPtr,
+    o_bias: DevPtr,
+    post_norm: DevPtr,
+    gate_up: DevPtr,
+    down: DevPtr,
+}
+
+/// One round's device buffers.
+struct Scratch {
+    x: DevPtr,
+    /// The residual stream's second buffer, for rounds that fold the norms (up to 8 rows).
+    x_spare: DevPtr,
+    normed: DevPtr,
+    qkv: DevPtr,
+    attn: DevPtr,
+    proj: DevPtr,
+    gate_up: DevPtr,
+    act: DevPtr,
+    logits: DevPtr,
+    /// Greedy picks, one id per logits row.
+    picks: DevPtr,
+    meta: DevPtr,
+    /// Attention split states of rounds of up to `SPLIT_ROWS` rows.
+    partial: DevPtr,
+    tickets: DevPtr,
+    nsplit: usize,
+}
+
+/// Byte offsets of the per-round tables inside the meta buffer and its pinned host copy.
+#[derive(Clone, Copy)]
+struct MetaLayout {
+    tokens: usize,
+    pos: usize,
+    kv_off: usize,
+    table_off: usize,
+    rows: usize,
+    pages: usize,
+    end: usize,
+}
+
+impl MetaLayout {
+    fn new(s: &Sizing) -> MetaLayout {
+        let align = |n: usize| n.div_ceil(256) * 256;
+        let t = s.max_tokens;
+        let tokens = 0;
+        let pos = tokens + align(4 * t);
+        let kv_off = pos + align(4 * t);
+        let table_off = kv_off + align(8 * t);
+        let rows = table_off + align(4 * t);
+        let pages = rows + align(4 * t);
+        let end = pages + align(4 * s.max_lanes * s.context);
+        MetaLayout { tokens, pos, kv_off, table_off, rows, pages, end }
+    }
+}
+
+/// Decode rounds of up to this many rows replay recorded graphs.
+const GRAPH_ROWS: usize = 256;
+
+/// Rounds of up to this many rows run attention splits in parallel blocks.
+const SPLIT_ROWS: usize = 16;
+
+/// Blocks per row that run attention splits side by side.
+const SPLIT_BLOCKS: usize = 32;
+
+/// Most bytes of attention split states; rows with more splits fold them in one block.
+const PARTIAL_BYTES: usize = 64 << 20;
+
+/// Switches of the CUDA backend, from the settings table; none changes the bits a round computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaOptions {
+    /// How the kernels launch and split their sums, fixed when the GPU is opened.
+    pub kernels: KernelOptions,
+    /// Decode rounds replay recorded graphs instead of launching each kernel.
+    pub graphs: bool,
+    /// Decode rounds do RoPE and the cache write inside the attention kernel.
+    pub fuse_rope: bool,
+    /// Rounds of few rows fold each norm into the GEMM that reads it.
+    pub fold_norms: bool,
+    /// Rounds of greedy picks only find them on the GPU and bring back the ids alone.
+    pub gpu_argmax: bool,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            kernels: KernelOptions::default(),
+            graphs: true,
+            fuse_rope: false,
+            fold_norms: true,
+            gpu_argmax: true,
+        }
+    }
+}
+
+/// The Llama family on the GPU: the network, and the buffers a round moves through the host.
+pub struct CudaLlama {
+    net: Net,
+    /// Pinned host memory: the meta tables going up, then the logits coming down.
+    staging: Held,
+    /// Recorded decode rounds by `GraphKey`.
+    graphs: HashMap<GraphKey, Graph>,
+    options: CudaOptions,
+    weight_bytes: usize,
+    activation_bytes: usize,
+    /// Every allocation the model holds, returned to the ledger when it drops.
+    _held: Vec<Held>,
+}
+
+/// The weights and device buffers one round's kernels read and write.
+struct Net {
+    cfg: ModelConfig,
+    gpu: Arc<Gpu>,
+    sizing: Sizing,
+    embed: DevPtr,
+    layers: Vec<GpuLayer>,
+    norm: DevPtr,
+    lm_head: DevPtr,
+    inv_freq: DevPtr,
+    scratch: Scratch,
+    meta: MetaLayout,
+}
+
+/// Uploads weights through the ledger as they are read, one tensor in host memory at a time.
+struct Uploader<'a, 'b> {
+    gpu: &'a Gpu,
+    alloc: &'a mut Alloc<'b>,
+    held: Vec<Held>,
+    bytes: usize,
+}
+
+fn gpu_err(e: GpuError) -> LoadError {
+    LoadError::Device(e.to_string())
+}
+
+impl Uploader<'_, '_> {
+    fn buffer(&mut self, kind: MemoryKind, bytes: usize) -> Result<DevPtr, LoadError> {
+        let a = (self.alloc)(kind, bytes).map_err(|e| LoadError::Device(e.to_string()))?;
+        let ptr = a.ptr().0;
+        self.held.push(a);
+        Ok(ptr)
+    }
+
+    fn upload<T>(&mut self, data: &[T]) -> Result<DevPtr, LoadError> {
+        let bytes = std::mem::size_of_val(data);
+        self.bytes += bytes;
+        let ptr = self.buffer(MemoryKind::Weights, bytes)?;
+        self.gpu.upload(ptr, data).map_err(gpu_err)?;
+        Ok(ptr)
+    }
+
+    /// Rows of several weights stacked into one bf16 matrix, packed in the GEMM's tiles.
+    fn matrices(&mut self, parts: &[Weight]) -> Result<DevPtr, LoadError> {
+        let rows = parts.iter().map(Weight::rows).sum();
+        let cols = parts.first().map_or(0, Weight::cols);
+        let mut data: Vec<bf16> = Vec::new();
+        for w in parts {
+            let f = match w {
+                Weight::F32 { data, .. } => std::borrow::Cow::Borrowed(data.as_slice()),
+                Weight::Quant { .. } => std::borrow::Cow::Owned(w.to_f32()),
+            };
+            data.par_extend(f.par_iter().map(|&v| bf16::from_f32(v)));
+        }
+        self.upload(&pack_weight(&data, rows, cols))
+    }
+
+    /// Gate and up (f x cols each) stacked in `gate_up_order`, packed in the GEMM's tiles.
+    fn gate_up(&mut self, gate: &Weight, up: &Weight) -> Result<DevPtr, LoadError> {
+        let (f, cols) = (gate.rows(), gate.cols());
+        let (g, u) = (gate.to_f32(), up.to_f32());
+        let mut data = vec![bf16::ZERO; 2 * f * cols];
+        data.par_chunks_mut(cols).enumerate().for_each(|(r, dst)| {
+            let src = gate_up_order(r, f);
+            let from =
+                if src < f { &g[src * cols..(src + 1) * cols] } else { &u[(src - f) * cols..(src - f + 1) * cols] };
+            for (d, &v) in dst.iter_mut().zip(from) {
+                *d = bf16::from_f32(v);
+            }
+        });
+        self.upload(&pack_weight(&data, 2 * f, cols))
+    }
+
+    fn vector(&mut self, v: &[f32]) -> Result<DevPtr, LoadError> {
+        self.upload(v)
+    }
+}
+
+impl CudaLlama {
+    /// Loads the checkpoint onto `gpu`, every buffer through `alloc`; `progress(done, total)` follows the layers.
+    pub fn load(
+        ckpt: &dyn Checkpoint,
+        gpu: Arc<Gpu>,
+        sizing: Sizing,
+        options: CudaOptions,
+        alloc: &mut Alloc,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<CudaLlama, LoadError> {
+        let c = ckpt.config().clone();
+        let fault = |f: String| LoadError::Device(format!("{}: {f}", ckpt.path().display()));
+        if !c.head_dim.is_multiple_of(32) || c.head_dim > MAX_HEAD_DIM {
+            return Err(fault(format!("head size {} is not a multiple of 32 up to {MAX_HEAD_DIM}", c.head_dim)));
+        }
+        if !c.num_heads.is_multiple_of(c.num_kv_heads) || c.num_heads / c.num_kv_heads > MAX_GROUP {
+            return Err(fault(format!(
+                "{} query heads over {} KV heads: groups of at most {MAX_GROUP} are supported",
+                c.num_heads, c.num_kv_heads
+            )));
+        }
+        if !c.hidden_size.is_multiple_of(32)
+            || !c.intermediate_size.is_multiple_of(32)
+            || !(c.num_heads * c.head_dim).is_multiple_of(32)
+        {
+            return Err(fault("the CUDA kernels need hidden and intermediate sizes that are multiples of 32".into()));
+        }
+        let ld = Loader { ckpt };
+        let (h, f) = (c.hidden_size, c.intermediate_size);
+        let (q_dim, kv_dim) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        let shared = gpu.clone();
+        let mut up = Uploader { gpu: &shared, alloc, held: Vec::new(), bytes: 0 };
+        let embed_w = ld.matrix("model.embed_tokens.weight", c.vocab_size, h)?;
+        let embed = up.matrices(std::slice::from_ref(&embed_w))?;
+        drop(embed_w);
+        let mut layers = Vec::with_capacity(c.num_layers);
+        for i in 0..c.num_layers {
+            let p = format!("model.layers.{i}");
+            let a = format!("{p}.self_attn");
+            let q = ld.matrix(&format!("{a}.q_proj.weight"), q_dim, h)?;
+            let k = ld.matrix(&format!("{a}.k_proj.weight"), kv_dim, h)?;
+            let v = ld.matrix(&format!("{a}.v_proj.weight"), kv_dim, h)?;
+            let qkv = up.matrices(&[q, k, v])?;
+            let qkv_bias = match c.attn_bias {
+                true => {
+                    let mut b = ld.vector(&format!("{a}.q_proj.bias"), q_dim)?;
+                    b.extend(ld.vector(&format!("{a}.k_proj.bias"), kv_dim)?);
+                    b.extend(ld.vector(&format!("{a}.v_proj.bias"), kv_dim)?);
+                    up.vector(&b)?
+                }
+                false => 0,
+            };
+            let (q_norm, k_norm) = match c.qk_norm {
+                true => (
+                    up.vector(&ld.vector(&format!("{a}.q_norm.weight"), c.head_dim)?)?,
+                    up.vector(&ld.vector(&format!("{a}.k_norm.weight"), c.head_dim)?)?,
+                ),
+                false => (0, 0),
+            };
+            let o = up.matrices(&[ld.matrix(&format!("{a}.o_proj.weight"), h, q_dim)?])?;
+            let o_bias = match ckpt.contains(&format!("{a}.o_proj.bias")) {
+                true => up.vector(&ld.vector(&format!("{a}.o_proj.bias"), h)?)?,
+                false => 0,
+            };
+            let gate = ld.matrix(&format!("{p}.mlp.gate_proj.weight"), f, h)?;
+            let upw = ld.matrix(&format!("{p}.mlp.up_proj.weight"), f, h)?;
+            let gate_up = up.gate_up(&gate, &upw)?;
+            drop((gate, upw));
+            let down = up.matrices(&[ld.matrix(&format!("{p}.mlp.down_proj.weight"), h, f)?])?;
+            let input_norm = up.vector(&ld.vector(&format!("{p}.input_layernorm.weight"), h)?)?;
+            let post_norm = up.vector(&ld.vector(&format!("{p}.post_attention_layernorm.weight"), h)?)?;
+            layers.push(GpuLayer { input_norm, qkv, qkv_bias, q_norm, k_norm, o, o_bias, post_norm, gate_up, down });
+            progress(i + 1, c.num_layers);
+        }
+        let norm = up.vector(&ld.vector("model.norm.weight", h)?)?;
+        let lm_head = match c.tie_embeddings && !ckpt.contains("lm_head.weight") {
+            true => embed,
+            false => up.matrices(&[ld.matrix("lm_head.weight", c.vocab_size, h)?])?,
+        };
+        let factors = match ckpt.contains("rope_freqs.weight") {
+            true => Some(ld.vector("rope_freqs.weight", c.head_dim / 2)?),
+            false => None,
+        };
+        let inv_freq = up.vector(&rope_inv_freq(&c, factors.as_deref()))?;
+        let weight_bytes = up.bytes;
+        let (t, meta) = (sizing.max_tokens, MetaLayout::new(&sizing));
+        let width = q_dim + 2 * kv_dim;
+        let act = MemoryKind::Activations;
+        let sizes = [
+            4 * t * h,
+            2 * t * h,
+            4 * t * width,
+            2 * t * q_dim,
+            4 * t * h,
+            8 * t * f,
+            2 * t * f,
+            4 * t * c.vocab_size,
+            meta.end,
+            4 * t,
+            4 * t.min(8) * h,
+        ];
+        let mut ptrs = [0; 11];
+        for (p, &bytes) in ptrs.iter_mut().zip(&sizes) {
+            *p = up.buffer(act, bytes)?;
+        }
+        let [x, normed, qkv, attn, proj, gate_up, act_buf, logits, meta_ptr, picks, x_spare] = ptrs;
+        let state_bytes = SPLIT_ROWS.min(t) * c.num_heads * (c.head_dim + 2) * 4;
+        let nsplit = sizing.context.div_ceil(ATTENTION_SPLIT).min(PARTIAL_BYTES / state_bytes).max(1);
+        let partial = up.buffer(act, nsplit * state_bytes)?;
+        let zeros = vec![0u32; SPLIT_ROWS * c.num_kv_heads];
+        let tickets = up.buffer(act, 4 * zeros.len())?;
+        shared.upload(tickets, &zeros).map_err(gpu_err)?;
+        let scratch = Scratch {
+            x,
+            x_spare,
+            normed,
+            qkv,
+            attn,
+            proj,
+            gate_up,
+            act: act_buf,
+            logits,
+            picks,
+            meta: meta_ptr,
+            partial,
+            tickets,
+            nsplit,
+        };
+        let staging_bytes = meta.end + 4 * t * c.vocab_size;
+        let staging =
+            (up.alloc)(MemoryKind::PinnedHost, staging_bytes).map_err(|e| LoadError::Device(e.to_string()))?;
+        let activation_bytes = sizes.iter().sum::<usize>() + nsplit * state_bytes + 4 * zeros.len() + staging_bytes;
+        let net = Net { cfg: c, gpu, sizing, embed, layers, norm, lm_head, inv_freq, scratch, meta };
+        let graphs = HashMap::new();
+        Ok(CudaLlama { net, staging, graphs, options, weight_bytes, activation_bytes, _held: up.held })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.net.cfg
+    }
+
+    /// Bytes of weights on the GPU.
+    pub fn num_weight_bytes(&self) -> usize {
+        self.weight_bytes
+    }
+
+    /// Bytes of activation buffers, device and pinned host.
+    pub fn activation_bytes(&self) -> usize {
+        self.activation_bytes
+    }
+
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.net.gpu
+    }
+
+    pub fn options(&self) -> CudaOptions {
+        self.options
+    }
+
+    /// Switches for the rounds from now on; recorded graphs stay valid, as each is keyed by the switches it ran.
+    pub fn set_options(&mut self, options: CudaOptions) {
+        self.options = options;
+    }
+
+    /// Runs the round; `Err` for a device fault or a round the buffers were not sized for.
+    fn run(&mut self, pool: &KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+        let (net, options) = (&self.net, self.options);
+        let (c, s, g) = (&net.cfg, &net.scratch, &*net.gpu);
+        let sizing_err = |m: &str| EngineError::Sizing(m.to_string());
+        let [kcache, vcache] = pool.device_ptrs().ok_or_else(|| sizing_err("the KV pool is not on the GPU"))?;
+        let layout = pool.layout();
+        let pt = layout.page_tokens;
+        let kv_dim = layout.kv_dim();
+        let page_stride = (c.num_layers * pt * kv_dim) as u64;
+        let t: usize = lanes.iter().map(|l| l.tokens.len()).sum();
+        if t == 0 || t > net.sizing.max_tokens || lanes.len() > net.sizing.max_lanes {
+            return Err(EngineError::Sizing(format!(
+                "a round of {t} tokens over {} lanes exceeds the sizing {:?}",
+                lanes.len(),
+                net.sizing
+            )));
+        }
+        let staging = &mut self.staging;
+        let bytes = staging.as_bytes_mut();
+        let m = net.meta;
+        let (mut row, mut num_pages, mut logit_rows) = (0usize, 0usize, Vec::new());
+        for lane in lanes {
+            if num_pages + lane.pages.len() > net.sizing.max_lanes * net.sizing.context {
+                return Err(sizing_err("the round's page tables exceed the sizing"));
+            }
+            for (i, &p) in lane.pages.iter().enumerate() {
+                put(bytes, m.pages + 4 * (num_pages + i), &p.to_le_bytes());
+            }
+            for (i, &tok) in lane.tokens.iter().enumerate() {
+                let pos = lane.start_pos + i;
+                let page =
+                    *lane.pages.get(pos / pt).ok_or_else(|| sizing_err("a lane's pages do not cover its positions"))?;
+                let off = page as u64 * page_stride + ((pos % pt) * kv_dim) as u64;
+                put(bytes, m.tokens + 4 * row, &tok.to_le_bytes());
+                put(bytes, m.pos + 4 * row, &(pos as u32).to_le_bytes());
+                put(bytes, m.kv_off + 8 * row, &off.to_le_bytes());
+                put(bytes, m.table_off + 4 * row, &(num_pages as u32).to_le_bytes());
+                if i + lane.logits.rows(lane.tokens.len()) >= lane.tokens.len() {
+                    put(bytes, m.rows + 4 * logit_rows.len(), &(row as u32).to_le_bytes());
+                    logit_rows.push(row);
+                }
+                row += 1;
+            }
+            num_pages += lane.pages.len();
+        }
+        let e = |e: GpuError| EngineError::Device(e.to_string());
+        g.bind().map_err(e)?;
+        // SAFETY: the staging bytes are pinned, and stay borrowed and unchanged until the sync below.
+        unsafe { g.upload_async(s.meta, &bytes[..m.pages + 4 * num_pages]).map_err(e)? };
+        let n = logit_rows.len();
+        let cache = Caches { k: kcache, v: vcache, page_tokens: pt, page_stride };
+        // A decode round's launches depend only on its row count and the pool's addresses and page size: a graph replays them.
+        let decode = lanes.iter().all(|l| l.tokens.len() == 1);
+        let fuse_rope = decode && options.fuse_rope;
+        let fold = options.fold_norms;
+        if decode && n == t && t <= GRAPH_ROWS && options.graphs {
+            let graph = match self.graphs.entry((t, kcache, vcache, pt, fuse_rope, fold)) {
+                Entry::Occupied(o) => o.into_mut(),
+                Entry::Vacant(v) => v.insert(g.capture(|| net.queue(&cache, t, n, fuse_rope, fold)).map_err(e)?),
+            };
+            graph.launch().map_err(e)?;
+        } else {
+            net.queue(&cache, t, n, fuse_rope, fold).map_err(e)?;
+        }
+        let vocab = c.vocab_size;
+        // A round whose every logits row is a greedy pick can bring back the ids alone.
+        let picks = options.gpu_argmax && lanes.iter().all(|l| matches!(l.logits, Logits::None | Logits::Argmax));
+        let (width, from) = if picks { (1, s.picks) } else { (vocab, s.logits) };
+        if picks && n > 0 {
+            g.argmax_rows(s.logits, n, vocab, s.picks).map_err(e)?;
+        }
+        let out_bytes = &mut bytes[m.end..m.end + 4 * n * width];
+        // SAFETY: the buffer holds n rows of `width`; the staging stays borrowed until the sync.
+        unsafe { g.download_async(out_bytes, from).map_err(e)? };
+        g.sync().map_err(e)?;
+        // Pinned memory is page-aligned and the rows start at a 256-byte offset, so it reads as floats.
+        let floats = &staging[m.end / 4..m.end / 4 + n * width];
+        let mut first = Vec::with_capacity(lanes.len());
+        let mut at_row = 0;
+        for lane in lanes {
+            let k = lane.logits.rows(lane.tokens.len());
+            first.push((at_row, k, lane.logits));
+            at_row += k;
+        }
+        // A greedy lane's pick is read straight from the staging buffer: its row is never copied.
+        let rows = first.into_par_iter().map(|(row, k, kind)| match picks {
+            true => floats[row..row + k].iter().map(|id| id.to_bits() as f32).collect(),
+            false => kind.take(&floats[row * vocab..(row + k) * vocab]),
+        });
+        Ok(rows.collect())
+    }
+}
+
+/// The KV pool's device buffers and page geometry.
+struct Caches {
+    k: DevPtr,
+    v: DevPtr,
+    page_tokens: usize,
+    page_stride: u64,
+}
+
+fn put(bytes: &mut [u8], at: usize, value: &[u8]) {
+    bytes[at..at + value.len()].copy_from_slice(value);
+}
+
+impl Engine for CudaLlama {
+    fn kv_layout(&self, page_tokens: usize) -> KvLayout {
+        self.net.cfg.kv_layout(page_tokens)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.net.cfg.vocab_size
+    }
+
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+        self.run(pool, lanes)
+    }
+}

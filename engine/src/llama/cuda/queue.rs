@@ -1,0 +1,239 @@
+//! The kernels of one round, queued on the GPU's stream: the steps of `forward` as launches.
+
+use tensorfold_kernels::cuda::{AttentionArgs, DevPtr, Gpu, GpuError, NormIn, QkvArgs};
+
+use super::{Caches, Net, SPLIT_BLOCKS, SPLIT_ROWS};
+use crate::llama::forward::{forward, LayerNorm, LlamaSteps};
+
+/// Where the round's residual stream is: its buffer, and the one the next folded norm stores the sum to.
+struct Residual {
+    x: DevPtr,
+    spare: DevPtr,
+}
+
+impl Residual {
+    /// A norm whose sum with `delta` (0 for none) lands in the spare buffer, which then holds the stream.
+    fn norm(&mut self, delta: DevPtr, w: DevPtr, eps: f32) -> NormIn {
+        let norm = NormIn { x: self.x, delta, w, x_out: self.spare, eps };
+        if delta != 0 {
+            std::mem::swap(&mut self.x, &mut self.spare);
+        }
+        norm
+    }
+}
+
+impl Net {
+    /// Queues the kernels of a round of `t` rows whose tables are uploaded, with logits for `n` of them;
+    /// `fuse_rope` (only where every lane has one token) does RoPE and the cache write inside attention.
+    /// Rounds of few rows fold each norm into the GEMM that reads it (`Gpu::folds_norm`): the same bits.
+    pub(super) fn queue(
+        &self,
+        cache: &Caches,
+        t: usize,
+        n: usize,
+        fuse_rope: bool,
+        fold: bool,
+    ) -> Result<(), GpuError> {
+        let (h, f) = (self.cfg.hidden_size, self.cfg.intermediate_size);
+        let mut pass = GpuPass {
+            m: self,
+            cache,
+            t,
+            n,
+            fuse_rope,
+            fold: fold && Gpu::folds_norm(t, h),
+            swiglu: self.gpu.fuses_swiglu(t, 2 * f, h),
+            res: Residual { x: self.scratch.x, spare: self.scratch.x_spare },
+            pending: 0,
+            norm_w: 0,
+        };
+        forward(&mut pass, self.layers.len())
+    }
+}
+
+/// One round's launches: the steps of `forward` as kernels on the GPU's stream.
+struct GpuPass<'a> {
+    m: &'a Net,
+    cache: &'a Caches,
+    t: usize,
+    n: usize,
+    fuse_rope: bool,
+    fold: bool,
+    swiglu: bool,
+    res: Residual,
+    /// A block's output that the stream has not taken yet (0 for none): the next norm, or `logits`, adds it.
+    pending: DevPtr,
+    /// Where norms fold, the norm weight the next GEMM applies.
+    norm_w: DevPtr,
+}
+
+impl GpuPass<'_> {
+    fn at(&self, off: usize) -> DevPtr {
+        self.m.scratch.meta + off as u64
+    }
+
+    fn rope(&self, li: usize) -> QkvArgs {
+        let (c, s, l) = (&self.m.cfg, &self.m.scratch, &self.m.layers[li]);
+        QkvArgs {
+            qkv: s.qkv,
+            pos: self.at(self.m.meta.pos),
+            kv_off: self.at(self.m.meta.kv_off),
+            inv_freq: self.m.inv_freq,
+            q_norm: l.q_norm,
+            k_norm: l.k_norm,
+            eps: c.rms_eps,
+            kcache: self.cache.k,
+            vcache: self.cache.v,
+            layer_off: self.layer_off(li),
+            rows: self.t,
+            num_heads: c.num_heads,
+            num_kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+            interleaved: c.rope_interleaved,
+        }
+    }
+
+    fn layer_off(&self, li: usize) -> u64 {
+        (li * self.cache.page_tokens * self.m.cfg.num_kv_heads * self.m.cfg.head_dim) as u64
+    }
+}
+
+impl LlamaSteps for GpuPass<'_> {
+    type Error = GpuError;
+
+    fn embed(&mut self) -> Result<(), GpuError> {
+        let (g, s) = (&*self.m.gpu, &self.m.scratch);
+        g.begin_round(self.t);
+        g.embed_rows(self.m.embed, self.at(self.m.meta.tokens), s.x, self.t, self.m.cfg.hidden_size)
+    }
+
+    fn norm(&mut self, li: usize, which: LayerNorm) -> Result<(), GpuError> {
+        let (g, s, c, l) = (&*self.m.gpu, &self.m.scratch, &self.m.cfg, &self.m.layers[li]);
+        let w = match which {
+            LayerNorm::Input => l.input_norm,
+            LayerNorm::PostAttention => l.post_norm,
+        };
+        if self.fold {
+            // The GEMM that reads the norm applies it, with the pending sum.
+            self.norm_w = w;
+            return Ok(());
+        }
+        let (x, t, h) = (self.res.x, self.t, c.hidden_size);
+        match std::mem::take(&mut self.pending) {
+            0 => g.rms_norm(x, 0, t, w, s.normed, h, c.rms_eps),
+            delta => g.add_rms_norm(x, delta, w, s.normed, t, h, c.rms_eps),
+        }
+    }
+
+    fn qkv(&mut self, li: usize) -> Result<(), GpuError> {
+        let (g, s, c, l) = (&*self.m.gpu, &self.m.scratch, &self.m.cfg, &self.m.layers[li]);
+        let (h, width) = (c.hidden_size, (c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
+        if !self.fold {
+            return g.gemm(s.normed, l.qkv, l.qkv_bias, s.qkv, self.t, width, h);
+        }
+        let norm = self.res.norm(std::mem::take(&mut self.pending), self.norm_w, c.rms_eps);
+        g.gemm_norm(&norm, l.qkv, l.qkv_bias, s.qkv, 0, self.t, width, h)
+    }
+
+    fn rope_store(&mut self, li: usize) -> Result<(), GpuError> {
+        // A fused decode round does this inside attention.
+        match self.fuse_rope {
+            true => Ok(()),
+            false => self.m.gpu.qkv_rope_store(&self.rope(li)),
+        }
+    }
+
+    fn attend(&mut self, li: usize) -> Result<(), GpuError> {
+        let (c, s, t) = (&self.m.cfg, &self.m.scratch, self.t);
+        let d = c.head_dim;
+        let attention = AttentionArgs {
+            qkv: s.qkv,
+            pos: self.at(self.m.meta.pos),
+            page_table: self.at(self.m.meta.pages),
+            table_off: self.at(self.m.meta.table_off),
+            kcache: self.cache.k,
+            vcache: self.cache.v,
+            out: s.attn,
+            rows: t,
+            num_heads: c.num_heads,
+            num_kv_heads: c.num_kv_heads,
+            head_dim: d,
+            page_tokens: self.cache.page_tokens,
+            page_stride: self.cache.page_stride,
+            layer_off: self.layer_off(li),
+            scale: 1.0 / (d as f32).sqrt(),
+            partial: if t <= SPLIT_ROWS { s.partial } else { 0 },
+            tickets: s.tickets,
+            nsplit: s.nsplit,
+            splits: SPLIT_BLOCKS,
+        };
+        let rope = self.fuse_rope.then(|| self.rope(li));
+        self.m.gpu.paged_attention(&attention, rope.as_ref())
+    }
+
+    fn o_proj(&mut self, li: usize) -> Result<(), GpuError> {
+        let (c, s, l) = (&self.m.cfg, &self.m.scratch, &self.m.layers[li]);
+        self.m.gpu.gemm(s.attn, l.o, l.o_bias, s.proj, self.t, c.hidden_size, c.num_heads * c.head_dim)
+    }
+
+    fn gate_up(&mut self, li: usize) -> Result<(), GpuError> {
+        let (g, s, c, l) = (&*self.m.gpu, &self.m.scratch, &self.m.cfg, &self.m.layers[li]);
+        let (t, h, f) = (self.t, c.hidden_size, c.intermediate_size);
+        let (out, act) = if self.swiglu { (0, s.act) } else { (s.gate_up, 0) };
+        if self.fold {
+            let norm = self.res.norm(std::mem::take(&mut self.pending), self.norm_w, c.rms_eps);
+            g.gemm_norm(&norm, l.gate_up, 0, out, act, t, 2 * f, h)?;
+        } else if self.swiglu {
+            g.gemm_swiglu(s.normed, l.gate_up, s.act, t, 2 * f, h)?;
+        } else {
+            g.gemm(s.normed, l.gate_up, 0, s.gate_up, t, 2 * f, h)?;
+        }
+        match self.swiglu {
+            true => Ok(()),
+            false => g.swiglu(s.gate_up, s.act, t, f),
+        }
+    }
+
+    fn down(&mut self, li: usize) -> Result<(), GpuError> {
+        let (c, s, l) = (&self.m.cfg, &self.m.scratch, &self.m.layers[li]);
+        self.m.gpu.gemm(s.act, l.down, 0, s.proj, self.t, c.hidden_size, c.intermediate_size)
+    }
+
+    fn add(&mut self) -> Result<(), GpuError> {
+        // The next norm adds it, in the same kernel (or GEMM) as it norms.
+        self.pending = self.m.scratch.proj;
+        Ok(())
+    }
+
+    fn logits(&mut self) -> Result<(), GpuError> {
+        let (g, s, c) = (&*self.m.gpu, &self.m.scratch, &self.m.cfg);
+        let h = c.hidden_size;
+        let delta = std::mem::take(&mut self.pending);
+        if delta != 0 {
+            g.add_rows(self.res.x, delta, self.t, h)?;
+        }
+        if self.n == 0 {
+            return Ok(());
+        }
+        g.rms_norm(self.res.x, self.at(self.m.meta.rows), self.n, self.m.norm, s.normed, h, c.rms_eps)?;
+        g.gemm(s.normed, self.m.lm_head, 0, s.logits, self.n, c.vocab_size, h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_a_folded_norm_with_a_sum_moves_the_stream_to_the_other_buffer() {
+        let mut res = Residual { x: 100, spare: 200 };
+        let first = res.norm(0, 7, 1e-5);
+        assert_eq!((first.x, first.delta, first.x_out), (100, 0, 200));
+        assert_eq!((res.x, res.spare), (100, 200), "without a delta nothing is stored, so the stream stays");
+        let second = res.norm(300, 8, 1e-5);
+        assert_eq!((second.x, second.delta, second.x_out, second.w), (100, 300, 200, 8));
+        assert_eq!((res.x, res.spare), (200, 100), "the sum lands in the spare buffer, which now holds the stream");
+        let third = res.norm(300, 9, 1e-5);
+        assert_eq!((third.x, third.x_out), (200, 100));
+    }
+}

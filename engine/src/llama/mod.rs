@@ -1,0 +1,9 @@
+//! The Llama family: its configuration, its one forward pass, and the CPU and CUDA steps of that pass.
+
+pub mod config;
+pub mod cpu;
+pub mod cuda;
+pub mod forward;
+
+pub use cpu::Llama;
+pub(crate) use cpu::{rope_inv_freq, Loader};

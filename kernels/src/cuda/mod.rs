@@ -1,0 +1,524 @@
+//! The CUDA device: one context and stream, and our kernels compiled by NVRTC at start-up and cached on disk.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+pub use cudarc;
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+use sha2::{Digest, Sha256};
+
+mod attention;
+pub use crate::cuda_pack::{gate_up_order, gemm_segments, pack_weight, packed_index, packed_rows, GemmTuning, Graph};
+pub use attention::{AttentionArgs, QkvArgs, ATTENTION_SPLIT};
+
+/// A device address.
+pub type DevPtr = u64;
+
+/// The kernel sources, one file per family of operations, compiled together as one module.
+pub const SOURCES: [(&str, &str); 5] = [
+    ("prelude.cu", include_str!("../../cuda/prelude.cu")),
+    ("norm.cu", include_str!("../../cuda/norm.cu")),
+    ("gemm.cu", include_str!("../../cuda/gemm.cu")),
+    ("attention.cu", include_str!("../../cuda/attention.cu")),
+    ("sampling.cu", include_str!("../../cuda/sampling.cu")),
+];
+
+/// Largest head size the attention kernels take; head sizes must also be multiples of 32.
+pub const MAX_HEAD_DIM: usize = 128;
+
+/// Most query heads sharing one KV head.
+pub const MAX_GROUP: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("no CUDA driver (libcuda.so.1) was found: --device cuda needs an NVIDIA GPU and its driver")]
+    NoDriver,
+    #[error("no NVRTC library (libnvrtc.so) was found: --device cuda needs the CUDA runtime compiler")]
+    NoNvrtc,
+    #[error("no CUDA device was found")]
+    NoDevice,
+    #[error("the GPU has compute capability {0}.{1}; the kernels need 8.0 or newer")]
+    TooOld(i32, i32),
+    #[error("CUDA driver call failed: {0}")]
+    Driver(#[from] result::DriverError),
+    #[error("compiling the CUDA kernels failed: {0}")]
+    Compile(String),
+    #[error("recording a CUDA graph failed: {0}")]
+    Graph(String),
+}
+
+struct Functions {
+    embed_rows: CudaFunction,
+    rms_norm: CudaFunction,
+    add_rms_norm: CudaFunction,
+    add_rows: CudaFunction,
+    swiglu: CudaFunction,
+    gemm_m8: CudaFunction,
+    gemm_m16: CudaFunction,
+    gemm_norm_m8: CudaFunction,
+    gemm_m64: CudaFunction,
+    qkv_rope_store: CudaFunction,
+    paged_attention: CudaFunction,
+    argmax_rows: CudaFunction,
+    /// Whether launches may overlap the previous kernel's tail (programmatic dependent launch, sm_90 on).
+    overlap: bool,
+}
+
+/// Dynamic shared memory of a decode GEMM block: 16 warps with rings of `GEMM_RING` (gemm.cu) 512-byte tiles.
+const RING_BYTES: u32 = 16 * 8 * 512;
+
+/// Shared memory behind the ring for the rows a norm-folding GEMM norms: rows x K in bf16.
+const NORM_BYTES: u32 = 32 * 1024;
+
+/// What a norm-folding GEMM multiplies: A = rms_norm(x + delta) * w row by row, the bits `add_rms_norm` gives;
+/// `delta` 0 for none. x + delta goes to `x_out`, which must not be `x`.
+#[derive(Clone, Copy, Debug)]
+pub struct NormIn {
+    pub x: DevPtr,
+    pub delta: DevPtr,
+    pub w: DevPtr,
+    pub x_out: DevPtr,
+    pub eps: f32,
+}
+
+/// Threads of a norm block; the kernels declare it as their launch bound, which caps their registers to fit.
+const NORM_THREADS: u32 = 1024;
+
+/// One kernel argument, passed by value.
+#[derive(Clone, Copy)]
+enum Arg {
+    Ptr(DevPtr),
+    Int(i32),
+    Float(f32),
+}
+
+/// One GPU: its context, the stream every kernel and copy runs on, and the loaded kernels.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    f: Functions,
+    /// Whether the round being queued has at most `OVERLAP_ROWS` rows.
+    narrow: AtomicBool,
+    gemm: GemmTuning,
+}
+
+/// How the kernels are launched; chosen once when the GPU is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelOptions {
+    /// Kernels of narrow rounds start while the previous one ends (programmatic launch), on Hopper and later.
+    pub overlap: bool,
+    pub gemm: GemmTuning,
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        KernelOptions { overlap: true, gemm: GemmTuning::default() }
+    }
+}
+
+/// Rounds of at most this many rows overlap their launches: in wider ones a waiting early block would hold the
+/// place of one of the previous kernel's blocks.
+pub const OVERLAP_ROWS: usize = 16;
+
+/// Whether the driver and NVRTC libraries can be loaded; checked before any call that would panic without them.
+pub fn libraries_present() -> Result<(), GpuError> {
+    // SAFETY: these only try to open the shared libraries.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(GpuError::NoDriver);
+    }
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoNvrtc);
+    }
+    Ok(())
+}
+
+/// All kernel sources as one program.
+pub fn source() -> String {
+    SOURCES.iter().map(|(name, text)| format!("// {name}\n{text}\n")).collect()
+}
+
+/// Compiles the kernels to PTX for `arch` (such as `sm_90`); needs NVRTC but no GPU.
+pub fn compile_ptx(arch: &str) -> Result<String, GpuError> {
+    // SAFETY: only opens the library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoNvrtc);
+    }
+    let opts = CompileOptions { options: options(arch), ..Default::default() };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source(), opts).map_err(|e| GpuError::Compile(e.to_string()))?;
+    Ok(ptx.to_src())
+}
+
+fn options(arch: &str) -> Vec<String> {
+    vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()]
+}
+
+/// The PTX for `arch`, from `cache_dir` when a build of the same source and options is there.
+fn cached_ptx(arch: &str, cache_dir: Option<&Path>) -> Result<String, GpuError> {
+    let mut hash = Sha256::new();
+    hash.update(source());
+    hash.update(options(arch).join(" "));
+    let key: String = hash.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
+    let path: Option<PathBuf> = cache_dir.map(|d| d.join(format!("kernels-{key}.ptx")));
+    if let Some(text) = path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
+        return Ok(text);
+    }
+    let ptx = compile_ptx(arch)?;
+    if let Some(p) = &path {
+        // A cache that cannot be written only costs a compile next time.
+        let tmp = p.with_extension("tmp");
+        let written = p.parent().map(std::fs::create_dir_all).transpose().and_then(|_| std::fs::write(&tmp, &ptx));
+        if written.and_then(|_| std::fs::rename(&tmp, p)).is_err() {
+            tracing::warn!(path = %p.display(), "could not cache the compiled kernels");
+        }
+    }
+    Ok(ptx)
+}
+
+impl Gpu {
+    /// Opens device `ordinal` and loads the kernels, compiling them unless `cache_dir` holds this build.
+    pub fn open(ordinal: usize, cache_dir: Option<&Path>, options: KernelOptions) -> Result<Arc<Gpu>, GpuError> {
+        libraries_present()?;
+        if CudaContext::device_count()? <= ordinal as i32 {
+            return Err(GpuError::NoDevice);
+        }
+        let ctx = CudaContext::new(ordinal)?;
+        let (major, minor) = ctx.compute_capability()?;
+        if major < 8 {
+            return Err(GpuError::TooOld(major, minor));
+        }
+        let module = ctx.load_module(Ptx::from_src(cached_ptx(&format!("sm_{major}{minor}"), cache_dir)?))?;
+        let load = |name: &str| module.load_function(name);
+        let f = Functions {
+            embed_rows: load("embed_rows")?,
+            rms_norm: load("rms_norm")?,
+            add_rms_norm: load("add_rms_norm")?,
+            add_rows: load("add_rows")?,
+            swiglu: load("swiglu")?,
+            gemm_m8: load("gemm_m8")?,
+            gemm_m16: load("gemm_m16")?,
+            gemm_norm_m8: load("gemm_norm_m8")?,
+            gemm_m64: load("gemm_m64")?,
+            qkv_rope_store: load("qkv_rope_store")?,
+            paged_attention: load("paged_attention")?,
+            argmax_rows: load("argmax_rows")?,
+            overlap: major >= 9 && options.overlap,
+        };
+        // The decode GEMMs keep their weight rings in dynamic shared memory beyond the default 48 KiB.
+        let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        for func in [&f.gemm_m8, &f.gemm_m16] {
+            func.set_attribute(attr, RING_BYTES as i32)?;
+        }
+        f.gemm_norm_m8.set_attribute(attr, (RING_BYTES + NORM_BYTES) as i32)?;
+        f.paged_attention.set_attribute(attr, attention::ATTENTION_SMEM as i32)?;
+        // Graph capture needs a stream of our own, not the legacy default one.
+        let stream = ctx.new_stream()?;
+        Ok(Arc::new(Gpu { ctx, stream, f, narrow: AtomicBool::new(false), gemm: options.gemm }))
+    }
+
+    pub fn name(&self) -> String {
+        self.ctx.name().unwrap_or_else(|_| "unknown GPU".into())
+    }
+
+    pub fn total_memory(&self) -> Result<usize, GpuError> {
+        Ok(self.ctx.total_mem()?)
+    }
+
+    /// Device memory, or with `host` pinned host memory, straight from the driver; `Err(true)` means out of memory.
+    pub fn malloc(&self, bytes: usize, host: bool) -> Result<DevPtr, (bool, String)> {
+        self.bind().map_err(|e| (false, e.to_string()))?;
+        // SAFETY: plain allocation calls with the context current; the ledger frees each pointer once.
+        let got = unsafe {
+            match host {
+                true => result::malloc_host(bytes.max(1), 0).map(|p| p as DevPtr),
+                false => result::malloc_sync(bytes.max(1)),
+            }
+        };
+        got.map_err(|e| (e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY, e.to_string()))
+    }
+
+    /// Frees what `malloc` returned.
+    pub fn free(&self, ptr: DevPtr, host: bool) {
+        if self.bind().is_err() {
+            return;
+        }
+        // SAFETY: `ptr` came from `malloc` with the same `host` and is freed once.
+        let freed = unsafe {
+            match host {
+                true => result::free_host(ptr as *mut std::ffi::c_void),
+                false => result::free_sync(ptr),
+            }
+        };
+        if let Err(e) = freed {
+            tracing::warn!(error = %e, "freeing GPU memory failed");
+        }
+    }
+
+    /// Makes this GPU's context current on the calling thread.
+    pub fn bind(&self) -> Result<(), GpuError> {
+        Ok(self.ctx.bind_to_thread()?)
+    }
+
+    /// Copies host bytes to device memory, waiting for the copy.
+    pub fn upload<T>(&self, dst: DevPtr, src: &[T]) -> Result<(), GpuError> {
+        self.bind()?;
+        // SAFETY: callers pass an allocation of at least `size_of_val(src)` bytes.
+        unsafe { result::memcpy_htod_async(dst, src, self.stream.cu_stream())? };
+        Ok(self.stream.synchronize()?)
+    }
+
+    /// Queues a copy of host memory to the device; `src` must stay untouched until `sync`.
+    ///
+    /// # Safety
+    /// `dst` must hold `size_of_val(src)` bytes and `src` must outlive the copy (pinned memory is best).
+    pub unsafe fn upload_async<T>(&self, dst: DevPtr, src: &[T]) -> Result<(), GpuError> {
+        unsafe { result::memcpy_htod_async(dst, src, self.stream.cu_stream())? };
+        Ok(())
+    }
+
+    /// Queues a copy of device memory to the host.
+    ///
+    /// # Safety
+    /// `src` must hold `size_of_val(dst)` bytes and `dst` must stay alive and unread until `sync`.
+    pub unsafe fn download_async<T>(&self, dst: &mut [T], src: DevPtr) -> Result<(), GpuError> {
+        unsafe { result::memcpy_dtoh_async(dst, src, self.stream.cu_stream())? };
+        Ok(())
+    }
+
+    /// Waits for everything queued on the stream.
+    pub fn sync(&self) -> Result<(), GpuError> {
+        Ok(self.stream.synchronize()?)
+    }
+
+    /// Records the launches `queue` makes, without running them, as a graph to replay.
+    pub fn capture(&self, queue: impl FnOnce() -> Result<(), GpuError>) -> Result<Graph, GpuError> {
+        self.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
+        let queued = queue();
+        let graph = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        queued?;
+        graph?.map(Graph).ok_or_else(|| GpuError::Graph("the capture recorded nothing".into()))
+    }
+
+    /// Sets how many rows the launches that follow compute, until the next call.
+    pub fn begin_round(&self, rows: usize) {
+        self.narrow.store(rows <= OVERLAP_ROWS, Ordering::Relaxed);
+    }
+
+    /// Queues `func` on the stream; in a narrow round with `overlap`, it may start while the previous kernel finishes, and waits
+    /// for it (griddepcontrol.wait in every kernel) before reading what that kernel wrote.
+    fn launch(
+        &self,
+        func: &CudaFunction,
+        grid: (usize, usize, usize),
+        block: u32,
+        smem: u32,
+        args: &[Arg],
+    ) -> Result<(), GpuError> {
+        let mut slots: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::Ptr(p) => p,
+                Arg::Int(v) => v as u32 as u64,
+                Arg::Float(v) => v.to_bits() as u64,
+            })
+            .collect();
+        let mut params: Vec<*mut std::ffi::c_void> = slots.iter_mut().map(|s| (s as *mut u64).cast()).collect();
+        // SAFETY: a zeroed attribute is valid plain data; its id and value are set before use.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0 as u32,
+            gridDimY: grid.1 as u32,
+            gridDimZ: grid.2 as u32,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: smem,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: (self.f.overlap && self.narrow.load(Ordering::Relaxed)) as u32,
+        };
+        // SAFETY: each slot holds one argument of at most 8 bytes, little-endian, in the kernel's parameter order;
+        // callers pass buffers that hold what the kernel reads and writes for this grid.
+        unsafe { sys::cuLaunchKernelEx(&config, func.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()?;
+        Ok(())
+    }
+
+    /// x[r] = table[tokens[r]] as f32, for `rows` rows of width `h`; the table is packed by `pack_weight`.
+    pub fn embed_rows(&self, table: DevPtr, tokens: DevPtr, x: DevPtr, rows: usize, h: usize) -> Result<(), GpuError> {
+        let args = [Arg::Ptr(table), Arg::Ptr(tokens), Arg::Ptr(x), Arg::Int(h as i32)];
+        self.launch(&self.f.embed_rows, (rows, 1, 1), 256, 0, &args)
+    }
+
+    /// out[r] = rms_norm(x[rows[r]]) * w as bf16; `rows` 0 means every row in order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rms_norm(
+        &self,
+        x: DevPtr,
+        rows: DevPtr,
+        n: usize,
+        w: DevPtr,
+        out: DevPtr,
+        h: usize,
+        eps: f32,
+    ) -> Result<(), GpuError> {
+        let args = [Arg::Ptr(x), Arg::Ptr(rows), Arg::Ptr(w), Arg::Ptr(out), Arg::Int(h as i32), Arg::Float(eps)];
+        self.launch(&self.f.rms_norm, (n, 1, 1), NORM_THREADS, 0, &args)
+    }
+
+    /// x += delta, then out = rms_norm(x) * w as bf16.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_rms_norm(
+        &self,
+        x: DevPtr,
+        delta: DevPtr,
+        w: DevPtr,
+        out: DevPtr,
+        n: usize,
+        h: usize,
+        eps: f32,
+    ) -> Result<(), GpuError> {
+        let args = [Arg::Ptr(x), Arg::Ptr(delta), Arg::Ptr(w), Arg::Ptr(out), Arg::Int(h as i32), Arg::Float(eps)];
+        self.launch(&self.f.add_rms_norm, (n, 1, 1), NORM_THREADS, 0, &args)
+    }
+
+    /// out[r] = the index of the largest of row r's `vocab` logits, as `ops::argmax` picks it, for `n` rows.
+    pub fn argmax_rows(&self, logits: DevPtr, n: usize, vocab: usize, out: DevPtr) -> Result<(), GpuError> {
+        // After a graph, a launch waits for the whole of it.
+        self.narrow.store(false, Ordering::Relaxed);
+        let args = [Arg::Ptr(logits), Arg::Int(vocab as i32), Arg::Ptr(out)];
+        self.launch(&self.f.argmax_rows, (n, 1, 1), 1024, 0, &args)
+    }
+
+    /// x += delta over `n` rows of width `h`.
+    pub fn add_rows(&self, x: DevPtr, delta: DevPtr, n: usize, h: usize) -> Result<(), GpuError> {
+        self.launch(&self.f.add_rows, (n, 1, 1), 256, 0, &[Arg::Ptr(x), Arg::Ptr(delta), Arg::Int(h as i32)])
+    }
+
+    /// act = silu(gate) * up as bf16, from rows of 2 f laid out by `gate_up_order`.
+    pub fn swiglu(&self, gate_up: DevPtr, act: DevPtr, n: usize, f: usize) -> Result<(), GpuError> {
+        self.launch(
+            &self.f.swiglu,
+            (f.div_ceil(256), n, 1),
+            256,
+            0,
+            &[Arg::Ptr(gate_up), Arg::Ptr(act), Arg::Int(f as i32)],
+        )
+    }
+
+    /// c[m x n] = a[m x k] * w[n x k]^T (+ bias), bf16 in, f32 out; `bias` 0 for none; `w` packed by `pack_weight`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm(
+        &self,
+        a: DevPtr,
+        w: DevPtr,
+        bias: DevPtr,
+        c: DevPtr,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<(), GpuError> {
+        self.gemm_launch(a, w, bias, c, 0, m, n, k, None)
+    }
+
+    /// Whether `gemm_norm` takes `m` rows of width `k`.
+    pub fn folds_norm(m: usize, k: usize) -> bool {
+        (1..=8).contains(&m) && m * k * 2 <= NORM_BYTES as usize
+    }
+
+    /// `gemm` or, with `act`, `gemm_swiglu` of A = `norm`'s rows (k wide), normed inside each block.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_norm(
+        &self,
+        norm: &NormIn,
+        w: DevPtr,
+        bias: DevPtr,
+        c: DevPtr,
+        act: DevPtr,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<(), GpuError> {
+        assert!(Self::folds_norm(m, k) && norm.x != norm.x_out, "gemm_norm: {m} rows of {k} cannot fold");
+        assert!(act == 0 || (self.fuses_swiglu(m, n, k) && n.is_multiple_of(16)), "gemm_norm: no SwiGLU here");
+        self.gemm_launch(0, w, bias, c, act, m, n, k, Some(norm))
+    }
+
+    /// Whether `gemm_swiglu` can run for this many rows and this K.
+    pub fn fuses_swiglu(&self, m: usize, n: usize, k: usize) -> bool {
+        m > 16 || (16 / gemm_segments(n, k, self.gemm)).is_multiple_of(2)
+    }
+
+    /// act[m x n/2] = SwiGLU of gate and up as bf16, their rows of `w` stacked by `gate_up_order`; no f32 output.
+    pub fn gemm_swiglu(&self, a: DevPtr, w: DevPtr, act: DevPtr, m: usize, n: usize, k: usize) -> Result<(), GpuError> {
+        assert!(self.fuses_swiglu(m, n, k) && n.is_multiple_of(16), "gemm_swiglu: {m} x {n} x {k} cannot fuse");
+        self.gemm_launch(a, w, 0, 0, act, m, n, k, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_launch(
+        &self,
+        a: DevPtr,
+        w: DevPtr,
+        bias: DevPtr,
+        c: DevPtr,
+        act: DevPtr,
+        m: usize,
+        n: usize,
+        k: usize,
+        norm: Option<&NormIn>,
+    ) -> Result<(), GpuError> {
+        assert!(k.is_multiple_of(32), "gemm: K = {k} is not a multiple of 32");
+        let segments = gemm_segments(n, k, self.gemm);
+        // Narrow kernels: 16 warps, one per (8-column tile, segment); the wide one: a warp per segment.
+        let (func, grid, threads, smem) = match m {
+            0..=8 => (&self.f.gemm_m8, (n.div_ceil(8 * 16 / segments), 1, 1), 512, RING_BYTES),
+            9..=16 => (&self.f.gemm_m16, (n.div_ceil(8 * 16 / segments), 1, 1), 512, RING_BYTES),
+            _ => (&self.f.gemm_m64, (n.div_ceil(32), m.div_ceil(64), 1), 32 * segments as u32, 0),
+        };
+        let dims = [m, n, k, segments].map(|v| Arg::Int(v as i32));
+        let tail = [Arg::Ptr(w), Arg::Ptr(bias), Arg::Ptr(c), Arg::Ptr(act), dims[0], dims[1], dims[2], dims[3]];
+        let Some(nm) = norm else {
+            return self.launch(func, grid, threads, smem, &[&[Arg::Ptr(a)], &tail[..]].concat());
+        };
+        let head = [Arg::Ptr(nm.x), Arg::Ptr(nm.delta), Arg::Ptr(nm.w), Arg::Ptr(nm.x_out), Arg::Float(nm.eps)];
+        let smem = RING_BYTES + (m * k * 2) as u32;
+        self.launch(&self.f.gemm_norm_m8, grid, threads, smem, &[&head[..], &tail[..]].concat())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_kernels_launched_with_more_than_256_threads_declare_that_bound() {
+        // Without the bound the compiler may use more registers than such a block can have, and the launch fails.
+        let src = source();
+        let launched = [
+            ("rms_norm", NORM_THREADS),
+            ("add_rms_norm", NORM_THREADS),
+            ("gemm_m8", 512),
+            ("gemm_m16", 512),
+            ("gemm_norm_m8", 512),
+            ("argmax_rows", 1024),
+        ];
+        for (name, threads) in launched {
+            let bound = format!("__launch_bounds__({threads}");
+            let declared = src.lines().any(|l| l.contains(&format!(" {name}(")) && l.contains(&bound));
+            assert!(declared, "kernel {name} is launched with {threads} threads but does not declare {bound})");
+        }
+    }
+
+    #[test]
+    fn test_kernels_compile_where_nvrtc_is_present() {
+        match compile_ptx("sm_90") {
+            Ok(ptx) => assert!(ptx.contains(".entry gemm_m16") && ptx.contains("mma.sync"), "PTX lacks the GEMM"),
+            Err(GpuError::NoNvrtc) => eprintln!("skipped: no NVRTC library on this machine"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}

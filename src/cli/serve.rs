@@ -1,0 +1,84 @@
+//! `tensorfold serve`: the text model, the speech models and the default voice, registered by name, behind HTTP.
+
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use tensorfold_actors::coordinator::Schedule;
+use tensorfold_actors::runtime::{ModelKind, RuntimeConfig};
+use tensorfold_engine::llama::cuda::Sizing;
+use tensorfold_engine::speech::speakers::{Speaker, Speakers, SpeechFrontEnd};
+
+use crate::cuda_setup::Device;
+use crate::server::ServeConfig;
+use crate::settings::cli::{MODEL, SERVE};
+use crate::settings::{Key, Settings, TableArgs};
+use crate::wiring::{context, drama_spec, hibari_speaker, load, model_path, same_path, start_runtime, Loaded};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub table: TableArgs<{ MODEL | SERVE }>,
+}
+
+pub fn serve(settings: &Settings) -> Result<()> {
+    let size = |key| settings.size(key).expect("the table gives it a default");
+    let (parallel, round_tokens, page_tokens) = (size(Key::Parallel), size(Key::RoundTokens), size(Key::PageTokens));
+    let speech_model = settings.path(Key::SpeechModel);
+    if settings.device() == Device::Cuda && speech_model.is_some() {
+        bail!("--speech-model: Drama runs on the CPU only; drop it or --device cuda");
+    }
+    let memory_limit = settings.size(Key::MemoryLimit);
+    let sizing = Sizing {
+        max_tokens: round_tokens.max(parallel),
+        max_lanes: parallel,
+        context: settings.size(Key::Context).unwrap_or(4096),
+    };
+    let model = load(settings, sizing, memory_limit)?;
+    let context = context(settings, model.config().max_position)?;
+    // On a GPU the KV pages take what the ledger's cap leaves.
+    let memory_limit = match &model {
+        Loaded::Cuda(dev, _) => Some(dev.cap),
+        Loaded::Cpu(_) => memory_limit,
+    };
+    let (text, tokenizer, device) = model.into_spec(context, round_tokens, parallel);
+    let fetcher = settings.fetcher()?;
+    let text_path = model_path(settings, &fetcher)?;
+    let schedule = Schedule { round_tokens, parallel, max_waiting: size(Key::MaxWaiting) };
+    let cfg = RuntimeConfig { page_tokens, kv_pages: settings.size(Key::KvPages), memory_limit, schedule };
+    let name = text.name.clone();
+    let mut models = vec![text];
+    let mut speakers = Speakers::default();
+    if let Some(dir) = speech_model {
+        let (llama, codec, mut front) =
+            SpeechFrontEnd::open(dir).with_context(|| format!("loading the speech model {}", dir.display()))?;
+        tracing::info!(dir = %dir.display(), voices = front.voices().names().join(","), "speech model loaded");
+        if same_path(dir, &text_path) {
+            // One checkpoint for both: speech and text lanes share every batched forward.
+            if let ModelKind::Tokens { codec: text_codec, .. } = &mut models[0].kind {
+                *text_codec = Some(Box::new(codec));
+            }
+            front.model = name.clone();
+        } else {
+            models.push(drama_spec(front.model.clone(), llama, codec, round_tokens, parallel));
+        }
+        speakers.push(Speaker::Drama(Arc::new(front)));
+    }
+    if !settings.is_on(Key::NoVoice) {
+        let (spec, speaker) = hibari_speaker(&fetcher)?;
+        tracing::info!(voices = speaker.voices().names().join(","), "default voice loaded");
+        models.push(spec);
+        speakers.push(speaker);
+    }
+    let serve = ServeConfig {
+        host: settings.text(Key::Host).unwrap_or("127.0.0.1").to_string(),
+        port: settings.count(Key::Port).map_or(8000, |p| p as u16),
+        max_body_bytes: size(Key::MaxBodyBytes),
+        api_key: settings.text(Key::ApiKey).map(str::to_string),
+    };
+    actix_web::rt::System::new().block_on(async move {
+        let runtime = start_runtime(device, models, cfg).await?;
+        crate::server::run(serve, runtime, Arc::new(tokenizer), name, speakers).await?;
+        Ok(())
+    })
+}

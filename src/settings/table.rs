@@ -1,0 +1,159 @@
+//! The rows of the settings table.
+
+use super::{Key, Kind, Scope, Setting};
+
+const fn row(key: Key, flag: Option<&'static str>, env: Option<&'static str>, kind: Kind, scope: Scope) -> Setting {
+    Setting { key, flag, env, kind, default: None, help: "", scope, secret: false, cuda_only: false }
+}
+
+const fn count(min: u64, max: u64) -> Kind {
+    Kind::Count { min, max }
+}
+
+const MAX_LANES: u64 = 4096;
+
+/// Every setting tensorfold reads, in the order `tensorfold settings` prints them.
+pub static SETTINGS: &[Setting] = &[
+    Setting {
+        help: "a .gguf file or a Hugging Face model directory; unset: SmolLM2-135M-Instruct Q4_1, fetched on first use",
+        ..row(Key::Model, Some("model"), Some("TF_MODEL"), Kind::Path, Scope::Model)
+    },
+    Setting {
+        help: "compute threads; unset: all cores",
+        ..row(Key::Threads, Some("threads"), None, count(1, 4096), Scope::Model)
+    },
+    Setting {
+        default: Some("cpu"),
+        help: "where the model runs: cpu, or cuda (the first NVIDIA GPU, bf16 weights)",
+        ..row(Key::Device, Some("device"), None, Kind::Choice(&["cpu", "cuda"]), Scope::Model)
+    },
+    Setting {
+        default: Some("127.0.0.1"),
+        help: "address to listen on",
+        ..row(Key::Host, Some("host"), None, Kind::Text, Scope::Serve)
+    },
+    Setting {
+        default: Some("8000"),
+        help: "port to listen on; 0 picks a free one",
+        ..row(Key::Port, Some("port"), None, count(0, 65535), Scope::Serve)
+    },
+    Setting {
+        default: Some("16"),
+        help: "most requests generating at once (lanes)",
+        ..row(Key::Parallel, Some("parallel"), None, count(1, MAX_LANES), Scope::Serve)
+    },
+    Setting {
+        help: "most positions per request, prompt plus output; unset: the model's, at most 4096",
+        ..row(Key::Context, Some("context"), None, count(1, 1 << 24), Scope::Serve)
+    },
+    Setting {
+        help: "require 'Authorization: Bearer KEY' on every route but /health",
+        secret: true,
+        ..row(Key::ApiKey, Some("api-key"), Some("TF_API_KEY"), Kind::Text, Scope::Serve)
+    },
+    Setting {
+        default: Some("256"),
+        help: "most requests waiting for a lane before new ones get 429",
+        ..row(Key::MaxWaiting, Some("max-waiting"), None, count(0, 1 << 20), Scope::Serve)
+    },
+    Setting {
+        default: Some("4194304"),
+        help: "largest accepted request body, in bytes; larger ones get 413",
+        ..row(Key::MaxBodyBytes, Some("max-body-bytes"), None, count(1, 1 << 32), Scope::Serve)
+    },
+    Setting {
+        default: Some("16"),
+        help: "positions per KV page",
+        ..row(Key::PageTokens, Some("page-tokens"), None, count(1, 4096), Scope::Serve)
+    },
+    Setting {
+        help: "KV pages to allocate; unset: what --memory-limit leaves, or enough for every lane",
+        ..row(Key::KvPages, Some("kv-pages"), None, count(1, 1 << 32), Scope::Serve)
+    },
+    Setting {
+        default: Some("512"),
+        help: "most tokens in one round's forward pass (prefill chunks share it)",
+        ..row(Key::RoundTokens, Some("round-tokens"), None, count(1, 1 << 16), Scope::Serve)
+    },
+    Setting {
+        help: "cap on weights, KV pages and activations together, in bytes; unset on a GPU: 90% of its memory",
+        ..row(Key::MemoryLimit, Some("memory-limit"), Some("TF_MEMORY_LIMIT"), count(1, u64::MAX), Scope::Serve)
+    },
+    Setting {
+        help: "a Drama speech checkpoint (Orpheus layout, SNAC codec in DIR/snac) served at /v1/audio/speech",
+        ..row(Key::SpeechModel, Some("speech-model"), None, Kind::Path, Scope::Serve)
+    },
+    Setting {
+        help: "do not load the default voice (hibari, fetched on first use)",
+        ..row(Key::NoVoice, Some("no-voice"), None, Kind::Flag, Scope::Serve)
+    },
+    Setting {
+        help: "where fetched models, voices and compiled kernels are cached; unset: $XDG_CACHE_HOME/tensorfold",
+        ..row(Key::CacheDir, None, Some("TF_CACHE_DIR"), Kind::Path, Scope::Env)
+    },
+    Setting {
+        help: "the cache's parent when TF_CACHE_DIR is unset",
+        ..row(Key::XdgCacheHome, None, Some("XDG_CACHE_HOME"), Kind::Path, Scope::Env)
+    },
+    Setting {
+        help: "the cache is $HOME/.cache/tensorfold when neither is set",
+        ..row(Key::Home, None, Some("HOME"), Kind::Path, Scope::Env)
+    },
+    Setting {
+        default: Some("python3"),
+        help: "the python whose pip fetches the default model and voice",
+        ..row(Key::Python, None, Some("TF_PYTHON"), Kind::Text, Scope::Env)
+    },
+    Setting {
+        default: Some("info"),
+        help: "what is logged to stderr",
+        ..row(Key::Log, None, Some("TF_LOG"), Kind::LogFilter, Scope::Env)
+    },
+    Setting {
+        default: Some("auto"),
+        help: "CPU kernels: auto uses AVX-512 where the CPU has it, avx2 keeps to AVX2",
+        ..row(Key::Kernels, None, Some("TF_KERNELS"), Kind::Choice(&["auto", "avx2"]), Scope::Env)
+    },
+    Setting {
+        default: Some("1"),
+        help: "decode rounds replay recorded CUDA graphs",
+        cuda_only: true,
+        ..row(Key::CudaGraphs, None, Some("TF_CUDA_GRAPHS"), Kind::Switch, Scope::Env)
+    },
+    Setting {
+        default: Some("0"),
+        help: "decode rounds do RoPE and the KV write inside the attention kernel",
+        cuda_only: true,
+        ..row(Key::CudaFuseRope, None, Some("TF_CUDA_FUSE_ROPE"), Kind::Switch, Scope::Env)
+    },
+    Setting {
+        default: Some("1"),
+        help: "rounds of up to 8 rows fold each RMSNorm into the GEMM that reads it",
+        cuda_only: true,
+        ..row(Key::CudaFoldNorms, None, Some("TF_CUDA_FOLD_NORMS"), Kind::Switch, Scope::Env)
+    },
+    Setting {
+        default: Some("1"),
+        help: "greedy lanes take their pick on the GPU and bring back the id alone",
+        cuda_only: true,
+        ..row(Key::CudaGpuArgmax, None, Some("TF_CUDA_GPU_ARGMAX"), Kind::Switch, Scope::Env)
+    },
+    Setting {
+        default: Some("1"),
+        help: "kernels of narrow rounds start while the previous one ends (Hopper and later)",
+        cuda_only: true,
+        ..row(Key::CudaOverlap, None, Some("TF_CUDA_OVERLAP"), Kind::Switch, Scope::Env)
+    },
+    Setting {
+        default: Some("16"),
+        help: "fewest 32-wide chunks in one K segment of a GEMM; fixes the reduction order per weight shape",
+        cuda_only: true,
+        ..row(Key::CudaGemmMinTiles, None, Some("TF_CUDA_GEMM_MIN_TILES"), count(1, 1024), Scope::Env)
+    },
+    Setting {
+        default: Some("256"),
+        help: "most blocks a decode GEMM grid aims for, 0 for no limit; fixes the reduction order per weight shape",
+        cuda_only: true,
+        ..row(Key::CudaGemmMaxBlocks, None, Some("TF_CUDA_GEMM_MAX_BLOCKS"), count(0, 1 << 20), Scope::Env)
+    },
+];
