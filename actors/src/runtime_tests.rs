@@ -1,5 +1,7 @@
 //! The runtime end to end over a fake engine: exactness across batching, cancellation, admission errors.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tensorfold_kernels::sampling::SamplingParams;
@@ -311,21 +313,61 @@ async fn test_a_request_for_a_model_not_loaded_is_refused() {
     assert_eq!(rt.submit(speech(0)).await.err(), Some(SubmitError::NoModel(SPEECH.into())));
 }
 
-/// Every window of a speech lane is decoded in the round after its last frame was drawn: a lane alone takes its
-/// prefill rounds, one round per token, and one more for the window its last token closes.
+/// The fake engine, counting its forward passes.
+struct Counting(Arc<AtomicUsize>);
+
+impl Engine for Counting {
+    fn kv_layout(&self, page_tokens: usize) -> KvLayout {
+        FakeEngine.kv_layout(page_tokens)
+    }
+    fn vocab_size(&self) -> usize {
+        VOCAB
+    }
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        FakeEngine.forward(pool, lanes)
+    }
+}
+
+/// The fake codec, noting for each window the frames it ends at and the forward passes run when it decodes.
+struct Noting(Arc<AtomicUsize>, Arc<Mutex<Vec<(usize, usize)>>>);
+
+impl Codec for Noting {
+    fn sample_rate(&self) -> u32 {
+        8000
+    }
+    fn decode(&self, job: &CodecJob) -> Result<Vec<f32>, EngineError> {
+        let end = job.first_frame + job.keep.end;
+        self.1.lock().expect("not poisoned").push((end, self.0.load(Ordering::SeqCst)));
+        FakeCodec.decode(job)
+    }
+}
+
+/// A window is decoded in the round after the one that drew its last frame, beside that round's forward pass.
 #[actix::test]
-async fn test_a_speech_window_is_decoded_in_the_round_after_its_last_frame() {
-    let rt = start_with_speech(1).await;
+async fn test_a_speech_window_is_decoded_in_the_round_after_its_last_frame_was_drawn() {
+    let (forwards, noted) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
+    let schedule = Schedule { round_tokens: 8, parallel: 1, max_waiting: 4 };
+    let cfg = RuntimeConfig { page_tokens: 4, kv_pages: Some(64), memory_limit: None, schedule };
+    let kind = ModelKind::Tokens {
+        engine: Box::new(Counting(forwards.clone())),
+        codec: Some(Box::new(Noting(forwards.clone(), noted.clone()))),
+    };
+    let spec = ModelSpec { name: SPEECH.into(), kind, context: 256, weight_bytes: 0, activation_bytes: 0 };
+    let rt = Runtime::start(vec![spec], cfg).await.unwrap();
     let w = TokenWork { stop_ids: Vec::new(), ..speech_work(4) };
-    let (prompt, max_tokens) = (w.prompt.len(), w.max_tokens);
-    let before = rt.metrics().rounds_total();
-    let (pcm, chunks, finish) = collect_audio(rt.submit(on(SPEECH, w)).await.unwrap()).await;
-    assert_eq!((pcm.len(), finish), (max_tokens, Some(FinishReason::Length)));
-    assert!(chunks >= 2, "{chunks} windows");
+    let prefill_rounds = w.prompt.len().div_ceil(8);
+    let (pcm, chunks, _) = collect_audio(rt.submit(on(SPEECH, w)).await.unwrap()).await;
+    assert!(chunks >= 2 && !pcm.is_empty(), "{chunks} windows");
+    // Frame j (one token each) is drawn by forward pass prefill_rounds + j - 1; its window decodes in the next
+    // round, after that round's pass, except the last: the round after the last token runs no pass.
+    let noted = noted.lock().expect("not poisoned").clone();
+    let last = noted.iter().map(|&(end, _)| end).max().expect("windows were decoded");
+    for (end, at) in noted {
+        let want = prefill_rounds + end - usize::from(end == last);
+        assert_eq!(at, want, "the window ending at frame {end} was decoded after {at} passes");
+    }
     settle(&rt).await;
-    let prefill = prompt.div_ceil(8);
-    // Each decode round also samples a token, so the prompt's last chunk and the first token share a round.
-    assert_eq!(rt.metrics().rounds_total() - before, (prefill + max_tokens - 1 + 1) as u64);
 }
 
 /// The fake engine, except that a round holding token `POISON` fails as a device would, or panics as a bug would.

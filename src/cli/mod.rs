@@ -7,7 +7,7 @@ mod speak;
 
 use clap::{Parser, Subcommand};
 
-use crate::settings::cli::{MODEL, SERVE};
+use crate::settings::cli::{MODEL, SERVE, SPEECH};
 use crate::settings::{Key, Settings, TableArgs};
 
 #[derive(Parser)]
@@ -38,7 +38,7 @@ enum Command {
 #[derive(clap::Args)]
 struct SettingsArgs {
     #[command(flatten)]
-    table: TableArgs<{ MODEL | SERVE }>,
+    table: TableArgs<{ MODEL | SERVE | SPEECH }>,
 }
 
 /// The flags a command gave the table.
@@ -49,7 +49,8 @@ fn given(command: &Command) -> &[(Key, String)] {
         Command::Logits(a) => &a.table.given,
         Command::Serve(a) => &a.table.given,
         Command::Settings(a) => &a.table.given,
-        Command::Fetch | Command::Speak(_) => &[],
+        Command::Speak(a) => &a.table.given,
+        Command::Fetch => &[],
     }
 }
 

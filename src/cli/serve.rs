@@ -11,14 +11,14 @@ use tensorfold_engine::speech::speakers::{Speaker, Speakers, SpeechFrontEnd};
 
 use crate::cuda_setup::Device;
 use crate::server::ServeConfig;
-use crate::settings::cli::{MODEL, SERVE};
+use crate::settings::cli::{MODEL, SERVE, SPEECH};
 use crate::settings::{Key, Settings, TableArgs};
 use crate::wiring::{context, drama_spec, hibari_speaker, load, model_path, same_path, start_runtime, Loaded};
 
 #[derive(Args)]
 pub struct ServeArgs {
     #[command(flatten)]
-    pub table: TableArgs<{ MODEL | SERVE }>,
+    pub table: TableArgs<{ MODEL | SERVE | SPEECH }>,
 }
 
 pub fn serve(settings: &Settings) -> Result<()> {

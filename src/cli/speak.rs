@@ -13,14 +13,15 @@ use tensorfold_engine::generate::PAGE_TOKENS;
 use tensorfold_engine::speech::speakers::{Speaker, SpeechFrontEnd, MAX_INPUT_CHARS};
 use tokio::sync::mpsc::Receiver;
 
-use crate::settings::Settings;
+use crate::settings::cli::SPEECH;
+use crate::settings::{Key, Settings, TableArgs};
 use crate::wiring::{drama_spec, hibari_speaker};
 
 #[derive(Args)]
 pub struct SpeakArgs {
-    /// A Drama speech checkpoint (an Orpheus-layout Llama directory with its SNAC codec in DIR/snac); default: the hibari voice.
-    #[arg(long, value_name = "DIR")]
-    pub speech_model: Option<PathBuf>,
+    // The table's `--speech-model`: a Drama checkpoint to speak with; unset, the default voice.
+    #[command(flatten)]
+    pub table: TableArgs<SPEECH>,
     /// The text to speak.
     #[arg(long)]
     pub text: String,
@@ -50,7 +51,7 @@ pub fn speak(args: SpeakArgs, settings: &Settings) -> Result<()> {
         bail!("--speed must be between 0.25 and 4.0, not {}", args.speed);
     }
     let schedule = Schedule { round_tokens: 512, parallel: 1, max_waiting: 1 };
-    let (spec, speaker) = match &args.speech_model {
+    let (spec, speaker) = match settings.path(Key::SpeechModel) {
         Some(dir) => {
             let (llama, codec, front) =
                 SpeechFrontEnd::open(dir).with_context(|| format!("loading the speech model {}", dir.display()))?;

@@ -7,6 +7,7 @@ use super::{Key, Kind, Scope, Setting, SETTINGS};
 /// Scopes as bits, for `TableArgs`.
 pub const MODEL: u8 = 1;
 pub const SERVE: u8 = 2;
+pub const SPEECH: u8 = 4;
 
 /// The flags of every row whose scope is in `SCOPES`, as given on the command line (raw, checked by the table).
 #[derive(Clone, Debug, Default)]
@@ -18,6 +19,7 @@ fn in_scope(s: &Setting, scopes: u8) -> bool {
     match s.scope {
         Scope::Model => scopes & MODEL != 0,
         Scope::Serve => scopes & SERVE != 0,
+        Scope::Speech => scopes & SPEECH != 0,
         Scope::Env => false,
     }
 }

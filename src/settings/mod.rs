@@ -90,6 +90,8 @@ pub enum Scope {
     Model,
     /// `serve` only.
     Serve,
+    /// `serve` and `speak`.
+    Speech,
     /// The environment only; no flag.
     Env,
 }

@@ -81,7 +81,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         help: "a Drama speech checkpoint (Orpheus layout, SNAC codec in DIR/snac) served at /v1/audio/speech",
-        ..row(Key::SpeechModel, Some("speech-model"), None, Kind::Path, Scope::Serve)
+        ..row(Key::SpeechModel, Some("speech-model"), None, Kind::Path, Scope::Speech)
     },
     Setting {
         help: "do not load the default voice (hibari, fetched on first use)",
