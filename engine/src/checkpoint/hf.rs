@@ -11,7 +11,7 @@ use safetensors::{SafeTensorError, SafeTensors};
 use serde::Deserialize;
 use tensorfold_kernels::Weight;
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Bf16Rows, Checkpoint};
 use crate::error::LoadError;
 use crate::llama::config::{Llama3RopeScaling, ModelConfig};
 
@@ -145,6 +145,19 @@ impl Checkpoint for HfCheckpoint {
 
     fn contains(&self, name: &str) -> bool {
         self.tensors.by_name.contains_key(name)
+    }
+
+    fn bf16_rows(&self, name: &str) -> Option<Bf16Rows<'_>> {
+        let entry = self.tensors.by_name.get(name).filter(|e| e.info.dtype == Dtype::BF16)?;
+        let shard = &self.tensors.shards[entry.shard];
+        let (rows, cols) = match entry.info.shape[..] {
+            [cols] => (1, cols),
+            [rows, cols] => (rows, cols),
+            _ => return None,
+        };
+        let (start, end) = entry.info.data_offsets;
+        let bytes = &shard.mmap[shard.data_start + start..shard.data_start + end];
+        (bytes.len() == 2 * rows * cols).then_some(Bf16Rows { rows, cols, bytes })
     }
 
     fn weight(&self, name: &str) -> Result<Weight, LoadError> {

@@ -21,4 +21,17 @@ pub trait Checkpoint: Send + Sync {
     fn contains(&self, name: &str) -> bool;
     /// The tensor as a matrix (a 1-D tensor is one row); fails naming the tensor and the fault.
     fn weight(&self, name: &str) -> Result<Weight, LoadError>;
+    /// The tensor's stored bf16 values, where the checkpoint holds it in bf16, without a copy.
+    fn bf16_rows(&self, name: &str) -> Option<Bf16Rows<'_>> {
+        let _ = name;
+        None
+    }
+}
+
+/// A bf16 matrix as the checkpoint stores it: `rows` x `cols` little-endian values, row after row.
+#[derive(Clone, Copy, Debug)]
+pub struct Bf16Rows<'a> {
+    pub rows: usize,
+    pub cols: usize,
+    pub bytes: &'a [u8],
 }

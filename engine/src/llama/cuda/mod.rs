@@ -5,19 +5,20 @@ use std::sync::Arc;
 
 use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
 use crate::memory::{Alloc, Held, MemoryKind};
-use half::bf16;
 use rayon::prelude::*;
 use tensorfold_kernels::cuda::{
-    gate_up_order, pack_weight, DevPtr, Gpu, GpuError, Graph, KernelOptions, ATTENTION_SPLIT, MAX_GROUP, MAX_HEAD_DIM,
+    gate_up_order, DevPtr, Gpu, GpuError, Graph, KernelOptions, ATTENTION_SPLIT, MAX_GROUP, MAX_HEAD_DIM,
 };
-use tensorfold_kernels::Weight;
 
 use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
 use crate::llama::{rope_inv_freq, Loader};
 
+mod pack;
 mod queue;
+
+use pack::{pack_rows, read, stacked, Rows};
 
 /// A recorded round's row count, KV pool keys, values and page size, RoPE fusion and norm folding.
 type GraphKey = (usize, DevPtr, DevPtr, usize, bool, bool);
@@ -167,6 +168,9 @@ struct Uploader<'a, 'b> {
     alloc: &'a mut Alloc<'b>,
     held: Vec<Held>,
     bytes: usize,
+    /// Time spent packing weights and copying them to the GPU, for the load's log line.
+    pack_time: std::time::Duration,
+    upload_time: std::time::Duration,
 }
 
 fn gpu_err(e: GpuError) -> LoadError {
@@ -185,39 +189,39 @@ impl Uploader<'_, '_> {
         let bytes = std::mem::size_of_val(data);
         self.bytes += bytes;
         let ptr = self.buffer(MemoryKind::Weights, bytes)?;
+        let started = std::time::Instant::now();
         self.gpu.upload(ptr, data).map_err(gpu_err)?;
+        self.upload_time += started.elapsed();
         Ok(ptr)
     }
 
+    /// Packs `n` rows in the GEMM's tiles (row `r` from `source(r)`) and uploads them.
+    fn packed(
+        &mut self,
+        parts: &[Rows],
+        n: usize,
+        source: impl Fn(usize) -> (usize, usize) + Sync,
+    ) -> Result<DevPtr, LoadError> {
+        let started = std::time::Instant::now();
+        let data = pack_rows(parts, n, parts.first().map_or(0, Rows::cols), source);
+        self.pack_time += started.elapsed();
+        self.upload(&data)
+    }
+
     /// Rows of several weights stacked into one bf16 matrix, packed in the GEMM's tiles.
-    fn matrices(&mut self, parts: &[Weight]) -> Result<DevPtr, LoadError> {
-        let rows = parts.iter().map(Weight::rows).sum();
-        let cols = parts.first().map_or(0, Weight::cols);
-        let mut data: Vec<bf16> = Vec::new();
-        for w in parts {
-            let f = match w {
-                Weight::F32 { data, .. } => std::borrow::Cow::Borrowed(data.as_slice()),
-                Weight::Quant { .. } => std::borrow::Cow::Owned(w.to_f32()),
-            };
-            data.par_extend(f.par_iter().map(|&v| bf16::from_f32(v)));
-        }
-        self.upload(&pack_weight(&data, rows, cols))
+    fn matrices(&mut self, parts: &[Rows]) -> Result<DevPtr, LoadError> {
+        let n = parts.iter().map(Rows::rows).sum();
+        self.packed(parts, n, |r| stacked(parts, r))
     }
 
     /// Gate and up (f x cols each) stacked in `gate_up_order`, packed in the GEMM's tiles.
-    fn gate_up(&mut self, gate: &Weight, up: &Weight) -> Result<DevPtr, LoadError> {
-        let (f, cols) = (gate.rows(), gate.cols());
-        let (g, u) = (gate.to_f32(), up.to_f32());
-        let mut data = vec![bf16::ZERO; 2 * f * cols];
-        data.par_chunks_mut(cols).enumerate().for_each(|(r, dst)| {
-            let src = gate_up_order(r, f);
-            let from =
-                if src < f { &g[src * cols..(src + 1) * cols] } else { &u[(src - f) * cols..(src - f + 1) * cols] };
-            for (d, &v) in dst.iter_mut().zip(from) {
-                *d = bf16::from_f32(v);
-            }
-        });
-        self.upload(&pack_weight(&data, 2 * f, cols))
+    fn gate_up(&mut self, gate: Rows, up: Rows) -> Result<DevPtr, LoadError> {
+        let f = gate.rows();
+        let order = move |r| match gate_up_order(r, f) {
+            src if src < f => (0, src),
+            src => (1, src - f),
+        };
+        self.packed(&[gate, up], 2 * f, order)
     }
 
     fn vector(&mut self, v: &[f32]) -> Result<DevPtr, LoadError> {
@@ -256,17 +260,24 @@ impl CudaLlama {
         let (h, f) = (c.hidden_size, c.intermediate_size);
         let (q_dim, kv_dim) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
         let shared = gpu.clone();
-        let mut up = Uploader { gpu: &shared, alloc, held: Vec::new(), bytes: 0 };
-        let embed_w = ld.matrix("model.embed_tokens.weight", c.vocab_size, h)?;
-        let embed = up.matrices(std::slice::from_ref(&embed_w))?;
-        drop(embed_w);
+        let started = std::time::Instant::now();
+        let mut up = Uploader {
+            gpu: &shared,
+            alloc,
+            held: Vec::new(),
+            bytes: 0,
+            pack_time: Default::default(),
+            upload_time: Default::default(),
+        };
+        let matrix = |name: &str, rows, cols| read(ckpt, &ld, name, rows, cols);
+        let embed = up.matrices(&[matrix("model.embed_tokens.weight", c.vocab_size, h)?])?;
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
             let p = format!("model.layers.{i}");
             let a = format!("{p}.self_attn");
-            let q = ld.matrix(&format!("{a}.q_proj.weight"), q_dim, h)?;
-            let k = ld.matrix(&format!("{a}.k_proj.weight"), kv_dim, h)?;
-            let v = ld.matrix(&format!("{a}.v_proj.weight"), kv_dim, h)?;
+            let q = matrix(&format!("{a}.q_proj.weight"), q_dim, h)?;
+            let k = matrix(&format!("{a}.k_proj.weight"), kv_dim, h)?;
+            let v = matrix(&format!("{a}.v_proj.weight"), kv_dim, h)?;
             let qkv = up.matrices(&[q, k, v])?;
             let qkv_bias = match c.attn_bias {
                 true => {
@@ -284,16 +295,15 @@ impl CudaLlama {
                 ),
                 false => (0, 0),
             };
-            let o = up.matrices(&[ld.matrix(&format!("{a}.o_proj.weight"), h, q_dim)?])?;
+            let o = up.matrices(&[matrix(&format!("{a}.o_proj.weight"), h, q_dim)?])?;
             let o_bias = match ckpt.contains(&format!("{a}.o_proj.bias")) {
                 true => up.vector(&ld.vector(&format!("{a}.o_proj.bias"), h)?)?,
                 false => 0,
             };
-            let gate = ld.matrix(&format!("{p}.mlp.gate_proj.weight"), f, h)?;
-            let upw = ld.matrix(&format!("{p}.mlp.up_proj.weight"), f, h)?;
-            let gate_up = up.gate_up(&gate, &upw)?;
-            drop((gate, upw));
-            let down = up.matrices(&[ld.matrix(&format!("{p}.mlp.down_proj.weight"), h, f)?])?;
+            let gate = matrix(&format!("{p}.mlp.gate_proj.weight"), f, h)?;
+            let upw = matrix(&format!("{p}.mlp.up_proj.weight"), f, h)?;
+            let gate_up = up.gate_up(gate, upw)?;
+            let down = up.matrices(&[matrix(&format!("{p}.mlp.down_proj.weight"), h, f)?])?;
             let input_norm = up.vector(&ld.vector(&format!("{p}.input_layernorm.weight"), h)?)?;
             let post_norm = up.vector(&ld.vector(&format!("{p}.post_attention_layernorm.weight"), h)?)?;
             layers.push(GpuLayer { input_norm, qkv, qkv_bias, q_norm, k_norm, o, o_bias, post_norm, gate_up, down });
@@ -302,8 +312,11 @@ impl CudaLlama {
         let norm = up.vector(&ld.vector("model.norm.weight", h)?)?;
         let lm_head = match c.tie_embeddings && !ckpt.contains("lm_head.weight") {
             true => embed,
-            false => up.matrices(&[ld.matrix("lm_head.weight", c.vocab_size, h)?])?,
+            false => up.matrices(&[matrix("lm_head.weight", c.vocab_size, h)?])?,
         };
+        let (pack_s, upload_s) = (up.pack_time.as_secs_f64(), up.upload_time.as_secs_f64());
+        let seconds = started.elapsed().as_secs_f64();
+        tracing::info!(seconds, pack_s, upload_s, bytes = up.bytes, "weights on the GPU");
         let factors = match ckpt.contains("rope_freqs.weight") {
             true => Some(ld.vector("rope_freqs.weight", c.head_dim / 2)?),
             false => None,
