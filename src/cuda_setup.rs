@@ -25,18 +25,6 @@ pub enum Device {
     Cuda,
 }
 
-impl std::str::FromStr for Device {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Device, String> {
-        match s {
-            "cpu" => Ok(Device::Cpu),
-            "cuda" => Ok(Device::Cuda),
-            other => Err(format!("{other:?} is not a device; use cpu or cuda")),
-        }
-    }
-}
-
 /// The GPU and the device actor whose ledger every GPU allocation goes through.
 pub struct CudaDevice {
     pub gpu: Arc<Gpu>,

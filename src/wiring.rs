@@ -113,7 +113,8 @@ pub fn load(settings: &Settings, sizing: Sizing, memory_limit: Option<usize>) ->
     if let Some(n) = settings.size(Key::Threads) {
         rayon::ThreadPoolBuilder::new().num_threads(n).build_global().context("starting the compute threads")?;
     }
-    let path = model_path(settings, &settings.fetcher()?)?;
+    let fetcher = settings.fetcher()?;
+    let path = model_path(settings, &fetcher)?;
     let started = Instant::now();
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(0);
@@ -138,7 +139,7 @@ pub fn load(settings: &Settings, sizing: Sizing, memory_limit: Option<usize>) ->
             (Loaded::Cpu(m), bytes)
         }
         Device::Cuda => {
-            let dev = CudaDevice::open(memory_limit, settings.cuda_options(), &settings.fetcher()?)?;
+            let dev = CudaDevice::open(memory_limit, settings.cuda_options(), &fetcher)?;
             let m = dev.load(&path, sizing, &mut progress)?;
             let bytes = m.llama.num_weight_bytes();
             tracing::info!(activation_bytes = m.llama.activation_bytes(), "GPU buffers");
