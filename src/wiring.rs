@@ -29,6 +29,8 @@ use crate::settings::{Key, Settings};
 pub const HIBARI: &str = "hibari";
 
 /// A model loaded on its backend.
+// One is built per loaded model and moved a few times, so the larger variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Loaded {
     Cpu(LoadedModel),
     Cuda(CudaDevice, CudaModel),

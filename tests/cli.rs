@@ -117,9 +117,12 @@ fn test_settings_lists_every_setting_with_the_values_in_force() {
     assert!(!text.contains("hunter2"), "a secret was printed");
 }
 
+/// Arguments, environment, and the error line start-up must print.
+type BadSetting = (&'static [&'static str], &'static [(&'static str, &'static str)], &'static str);
+
 #[test]
 fn test_a_bad_setting_is_refused_at_start_up_naming_it() {
-    let cases: [(&[&str], &[(&str, &str)], &str); 5] = [
+    let cases: [BadSetting; 5] = [
         (&["serve", "--parallel", "0"], &[], "error: --parallel: must be between 1 and 4096, not 0"),
         (&["serve", "--port", "http"], &[], "error: --port: expected a whole number, got \"http\""),
         (&["serve"], &[("TF_MEMORY_LIMIT", "lots")], "error: TF_MEMORY_LIMIT: expected a whole number"),

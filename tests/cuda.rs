@@ -44,7 +44,7 @@ fn config(arch: &str) -> Value {
     let mut c = json!({
         "model_type": arch, "vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 2048,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-        "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 8192,
         "tie_word_embeddings": false
     });
     if arch == "llama" {
@@ -252,7 +252,7 @@ fn test_a_graph_is_not_replayed_on_a_pool_with_other_values() {
     let mut first = dev.kv_pool(&model, PAGE_TOKENS, 8).unwrap();
     let [keys, _] = first.device_ptrs().unwrap();
     let layout = model.kv_layout(PAGE_TOKENS);
-    let values = dev.allocate(MemoryKind::KvCache, 8 * layout.page_floats() * 4).unwrap();
+    let values = dev.allocate(MemoryKind::KvCache, 8 * layout.page_bytes() / 2).unwrap();
     let owner = dev.allocate(MemoryKind::KvCache, 4).unwrap();
     let ptrs = [keys, values.ptr().0];
     let mut second = KvPool::on_device(layout, 8, Box::new(owner), Box::new(values), ptrs);
@@ -352,6 +352,29 @@ fn test_a_prompt_prefilled_whole_equals_it_in_chunks_of_1_7_64_512() {
         assert!(same_bits(&whole, &run(chunk, false)), "chunks of {chunk} differ from the whole prompt");
     }
     assert!(same_bits(&whole, &run(1, true)), "chunks of 1 with RoPE fused into attention differ");
+}
+
+/// An 8,192-token prompt (128 attention splits, four for each of a decode row's 32 parallel blocks) prefilled
+/// whole, in row groups, and in chunks of 512 gives the bits of the same prompt decoded one token at a time.
+#[test]
+fn test_an_8k_prompt_prefilled_whole_or_in_chunks_of_512_equals_it_token_by_token() {
+    let Some(dev) = gpu() else { return };
+    let dir = checkpoint("qwen3", 9);
+    let len = 8192;
+    let mut model = load(&dev, dir.path(), Sizing { max_tokens: len, max_lanes: 1, context: len });
+    let prompt = tokens(&mut Rng(12), len);
+    let mut run = |chunk: usize| {
+        let pool = dev.kv_pool(&model, PAGE_TOKENS, len / PAGE_TOKENS).unwrap();
+        let mut seq = Sequence::with_pool(&mut model, pool);
+        seq.extend(&prompt, chunk, Logits::All).unwrap()
+    };
+    let stepped = run(1);
+    assert_eq!(stepped.len(), len * VOCAB);
+    for chunk in [len, 512] {
+        let prefilled = run(chunk);
+        let differs = (0..len).find(|&r| !same_bits(&stepped[r * VOCAB..][..VOCAB], &prefilled[r * VOCAB..][..VOCAB]));
+        assert_eq!(differs, None, "chunks of {chunk}: the first row whose logits differ from decoding one by one");
+    }
 }
 
 /// The GPU path, with bf16 activations, stays close to the CPU path in f32 on the same bf16 weights.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds what the GPU machine runs (it has no Rust toolchain): the release binary and the CUDA test binary,
+# Builds what the GPU machine runs (it has no Rust toolchain): the release binary and the CUDA test binaries,
 # stripped into .device/, which git ignores; pass `.device` as the device tool's carry path.
 #
 # Usage: bash tools/device_build.sh
@@ -10,16 +10,22 @@ cd "$(dirname "$0")/.."
 mkdir -p .device
 grep -qxF "/.device/" .gitignore || { echo ".device/ must be ignored by git (add /.device/ to .gitignore)" >&2; exit 1; }
 cargo build --release
-tests=$(cargo test --release --test cuda --no-run --message-format=json 2>/dev/null |
-    python3 -c 'import json,sys
+# test_binary ARGS...: the path of the test binary `cargo test --release ARGS --no-run` builds.
+test_binary() {
+    cargo test --release "$@" --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "cuda" and m.get("executable"):
-        print(m["executable"])')
-if [[ -z "$tests" ]]; then
-    echo "the CUDA test binary was not built" >&2
+    if m.get("reason") == "compiler-artifact" and m["target"]["kind"] == ["test"] and m.get("executable"):
+        print(m["executable"])'
+}
+tests=$(test_binary --test cuda)
+gemm_tests=$(test_binary -p tensorfold-kernels --test gpu_gemm)
+if [[ -z "$tests" || -z "$gemm_tests" ]]; then
+    echo "the CUDA test binaries were not built" >&2
     exit 1
 fi
 strip -o .device/tensorfold target/release/tensorfold
 strip -o .device/cuda-tests "$tests"
-ls -l .device/tensorfold .device/cuda-tests
+strip -o .device/gemm-tests "$gemm_tests"
+ls -l .device/tensorfold .device/cuda-tests .device/gemm-tests

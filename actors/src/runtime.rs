@@ -164,10 +164,9 @@ impl Runtime {
                 }
                 (None, None) => (cfg.schedule.parallel * m.context.min(2048)).max(m.context).div_ceil(cfg.page_tokens),
             };
-            let floats = num_pages * layout.page_floats();
-            let keys = device.send(Allocate { kind: MemoryKind::KvCache, bytes: floats * 4 }).await.map_err(gone)??;
-            let values =
-                device.send(Allocate { kind: MemoryKind::KvCache, bytes: floats * 4 }).await.map_err(gone)??;
+            let bytes = num_pages * page_bytes / 2;
+            let keys = device.send(Allocate { kind: MemoryKind::KvCache, bytes }).await.map_err(gone)??;
+            let values = device.send(Allocate { kind: MemoryKind::KvCache, bytes }).await.map_err(gone)??;
             let pool = match keys.is_host_addressable() {
                 true => KvPool::with_storage(layout, num_pages, Box::new(keys), Box::new(values)),
                 false => {

@@ -1,20 +1,18 @@
-// Attention over the paged KV cache: per-head norm, RoPE and the cache write; then causal attention.
+// Attention over the paged KV cache (bf16): per-head norm, RoPE and the cache write; then causal attention on
+// tensor cores.
 //
-// A query row's attention depends only on its own q, its absolute position and the cached keys and
-// values. Keys are cut into splits of ATT_SPLIT positions aligned to absolute positions; each split runs
-// an online softmax over tiles of 32 keys from a fresh state, and the splits' states are folded in split
-// order. Whether one block folds them as it goes or the last of several parallel blocks folds them after,
-// the arithmetic is the same, so a row computes the same bits in a round of any size or chunking.
+// A query row's attention depends only on its own q, its absolute position and the cached keys and values. Keys
+// are cut into splits of ATT_SPLIT positions aligned to absolute positions. Each split's state (max, sum, and P V
+// with P rounded to bf16) is computed fresh from q and the split's keys, and the states are folded in split order.
+// mma rows are (position, query head of the KV group) pairs and an mma row's result never depends on the other
+// rows of its tile, so a row decoded alone, in a round of any size or in a prefill chunk computes the same bits;
+// and whether one block folds the splits as it goes or the last of several parallel blocks folds them after, the
+// arithmetic is the same.
 
 #define MAX_HEAD_DIM 128
 #define MAX_GROUP 8
-#define ATT_TILE 32
 #define ATT_SPLIT 64
-// Row stride of a staged key tile: 16-byte aligned rows that lanes read as float4 without bank conflicts.
-#define KS_STRIDE (MAX_HEAD_DIM + 4)
-// Floats of one staged tile of keys and values.
-#define ATT_BUF (ATT_TILE * KS_STRIDE + ATT_TILE * MAX_HEAD_DIM)
-
+#define ATT_WARPS 4
 // Norms (with `norm`) and rotates one head that one warp holds in shared memory, into out[j] for lane + 32 j;
 // a v head (`rotate` false) passes through. Every step is rounded explicitly, so both kernels that call it
 // compute the same bits.
@@ -49,8 +47,8 @@ __device__ __forceinline__ void rope_head(float* head, const float* norm, float 
 // One warp per (row, head): heads [0, nh) are q, [nh, nh+nkv) k, then v. q stays in qkv; k and v go to the cache
 // at kv_off[row] (the row's page and slot) plus layer_off.
 extern "C" __global__ void qkv_rope_store(float* qkv, const u32* pos, const u64* kv_off, const float* inv_freq,
-                                          const float* q_norm, const float* k_norm, float eps, float* kcache,
-                                          float* vcache, u64 layer_off, int nh, int nkv, int d, int interleaved) {
+                                          const float* q_norm, const float* k_norm, float eps, bf16* kcache,
+                                          bf16* vcache, u64 layer_off, int nh, int nkv, int d, int interleaved) {
     start_next();
     wait_prior();
     __shared__ float head[MAX_HEAD_DIM];
@@ -62,183 +60,332 @@ extern "C" __global__ void qkv_rope_store(float* qkv, const u32* pos, const u64*
     float out[MAX_HEAD_DIM / 32];
     rope_head(head, is_q ? q_norm : k_norm, eps, pos[row], inv_freq, d, interleaved, !is_v, out);
     const int kvh = is_v ? hd - nh - nkv : hd - nh;
-    float* dst = is_q ? x : (is_v ? vcache : kcache) + kv_off[row] + layer_off + (u64)kvh * d;
+    bf16* dst = is_q ? nullptr : (is_v ? vcache : kcache) + kv_off[row] + layer_off + (u64)kvh * d;
 #pragma unroll
-    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
-        if (lane + 32 * j < d) dst[lane + 32 * j] = out[j];
+    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
+        if (lane + 32 * j >= d) continue;
+        if (is_q) x[lane + 32 * j] = out[j];
+        else dst[lane + 32 * j] = f2bf(out[j]);
+    }
 }
 
-// Folds a split's softmax state (m, l, acc) into a running one, rounding each step the same way in every kernel.
-__device__ __forceinline__ void fold_state(float& big_m, float& big_l, float* big_a, float m, float l, const float* acc,
-                                           int d) {
-    const float top = fmaxf(big_m, m), a = expf(big_m - top), b = expf(m - top);
-    big_l = __fadd_rn(__fmul_rn(big_l, a), __fmul_rn(l, b));
-#pragma unroll
-    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
-        if (j < d / 32) big_a[j] = __fadd_rn(__fmul_rn(big_a[j], a), __fmul_rn(acc[j], b));
-    big_m = top;
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) { return (u32)f2bf(lo) | ((u32)f2bf(hi) << 16); }
+
+// Four 8x8 bf16 matrices from shared memory, transposed: the B fragments of two 8-column tiles of a k16 step.
+__device__ __forceinline__ void load_trans_x4(const bf16* p, u32& r0, u32& r1, u32& r2, u32& r3) {
+    const u32 at = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(at));
 }
 
-// Where one KV cache row sits: `pid` holds the page of each position of the split starting at s0.
+// The same fold of a split's state into the running one, wherever the state comes from.
+__device__ __forceinline__ float fold(float run, float fa, float part, float fb) {
+    return __fadd_rn(__fmul_rn(run, fa), __fmul_rn(part, fb));
+}
+
+// Where a block's keys and values sit, and which rows it owns.
 struct KvSpan {
-    const float* kcache;
-    const float* vcache;
-    const u32* pid;
-    u32 s0;
-    int page_tokens, kv_dim, d;
+    const bf16* kcache;
+    const bf16* vcache;
+    const u32* pages;
+    int page_tokens, kv_dim;
     u64 page_stride, head_off;
 };
 
-// Queues async copies of keys and values [start, start + count) into a tile buffer, as one commit group.
-__device__ __forceinline__ void stage_tile(float* buf, const KvSpan& kv, u32 start, int count) {
-    const int vec = kv.d / 4;
-    for (int e = threadIdx.x; e < count * vec; e += blockDim.x) {
-        const int t = e / vec, i = 4 * (e - t * vec);
-        const u32 kp = start + t;
-        const u64 at = (u64)kv.pid[kp - kv.s0] * kv.page_stride + kv.head_off + (u64)(kp % kv.page_tokens) * kv.kv_dim + i;
-        copy16_async(reinterpret_cast<uint4*>(buf + t * KS_STRIDE + i), reinterpret_cast<const uint4*>(kv.kcache + at));
-        copy16_async(reinterpret_cast<uint4*>(buf + ATT_TILE * KS_STRIDE + t * MAX_HEAD_DIM + i),
-                     reinterpret_cast<const uint4*>(kv.vcache + at));
+// Queues async copies of the keys and values of split positions [s0, s0 + ATT_SPLIT) into a buffer, zeros past end.
+template <int D>
+__device__ __forceinline__ void stage_split(bf16* buf, const KvSpan& kv, u32 s0, u32 end) {
+    constexpr int ST = D + 8, CH = D / 8;
+    for (int e = threadIdx.x; e < ATT_SPLIT * CH; e += blockDim.x) {
+        const int t = e / CH, c = e - t * CH;
+        const u32 kp = s0 + t;
+        bf16* kd = buf + t * ST + c * 8;
+        bf16* vd = kd + ATT_SPLIT * ST;
+        if (kp < end) {
+            const u64 at = (u64)kv.pages[kp / kv.page_tokens] * kv.page_stride + kv.head_off +
+                           (u64)(kp % kv.page_tokens) * kv.kv_dim + c * 8;
+            copy16_async(reinterpret_cast<uint4*>(kd), reinterpret_cast<const uint4*>(kv.kcache + at));
+            copy16_async(reinterpret_cast<uint4*>(vd), reinterpret_cast<const uint4*>(kv.vcache + at));
+        } else {
+            *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
+            *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
+        }
     }
     async_commit();
 }
 
-// One block per (kv head, row, z), one warp per q head of the group; tiles are staged in shared memory once
-// for the whole group, and lane j scores key j of a tile. With `partial`, block z runs splits z, z + gridDim.z, ...
-// and stores each split's state; the last of the row's blocks, counted in `tickets` (left zero), folds them.
-// Rows with more than `nsplit` splits, or every row without `partial`, fold in one block as they go.
-// A page holds `page_tokens` positions of every layer and is `page_stride` floats long; layer_off picks the layer.
-extern "C" __global__ void __launch_bounds__(256) paged_attention(
-    const float* __restrict__ qkv, const u32* __restrict__ pos, const u32* __restrict__ page_table,
-    const u32* __restrict__ table_off, float* __restrict__ kcache, float* __restrict__ vcache, bf16* __restrict__ out,
-    float* __restrict__ partial, u32* __restrict__ tickets, int nh, int nkv, int d, int page_tokens, u64 page_stride,
-    u64 layer_off, float scale, int nsplit, const u64* __restrict__ kv_off, const float* __restrict__ inv_freq,
-    const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps, int interleaved, int fuse_rope) {
+// One block per (KV head, group of rows, z): a group is up to ATT_WARPS * (16 / group size) consecutive positions
+// of one lane (groups[2 y] its first row, groups[2 y + 1] its count), staged keys and values shared by all. Warp w
+// owns positions w * per_warp .. of the group, each with every query head of the KV group, as 16 mma rows.
+// With `partial` (every group one row), block z runs splits z, z + gridDim.z, ... and stores each split's state;
+// the last of the row's blocks, counted in `tickets` (left zero), folds them. Otherwise one block folds as it goes.
+// A page holds `page_tokens` positions of every layer and is `page_stride` elements long; layer_off picks the layer.
+template <int D>
+__device__ void attention_rows(const float* __restrict__ qkv, const u32* __restrict__ pos, const u32* __restrict__ groups,
+                               const u32* __restrict__ page_table, const u32* __restrict__ table_off, bf16* kcache,
+                               bf16* vcache, bf16* __restrict__ out, float* __restrict__ partial, u32* __restrict__ tickets,
+                               int nh, int nkv, int page_tokens, u64 page_stride, u64 layer_off, float scale, int nsplit,
+                               const u64* __restrict__ kv_off, const float* __restrict__ inv_freq,
+                               const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
+                               int interleaved, int fuse_rope) {
+    constexpr int ST = D + 8, TILE = ATT_SPLIT * ST, NT = D / 8;
     start_next();
     wait_prior();
-    extern __shared__ float stage[];
-    __shared__ float qs[MAX_GROUP][MAX_HEAD_DIM];
-    __shared__ u32 pid[ATT_SPLIT];
-    const int kvh = blockIdx.x, row = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int group = nh / nkv, h = kvh * group + warp;
-    const u32 p = pos[row];
-    const bool split = partial && p / ATT_SPLIT < (u32)nsplit;
+    extern __shared__ uint4 smem_raw[];
+    bf16* stage = reinterpret_cast<bf16*>(smem_raw);
+    __shared__ float qrot[MAX_GROUP][MAX_HEAD_DIM];
+    // Scores that warps sharing rows swap: row, then key pair; 36 pairs a row keeps a half warp's accesses apart.
+    __shared__ float2 swap[16][36];
+    const int kvh = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int nwarps = blockDim.x >> 5, group = nh / nkv, per_warp = 16 / group, width = (nh + 2 * nkv) * D;
+    const u32 row0 = groups[2 * blockIdx.y], count = groups[2 * blockIdx.y + 1];
+    const u32 last_p = pos[row0 + count - 1], nsp = last_p / ATT_SPLIT + 1;
+    const bool split = partial && nsp <= (u32)nsplit;
     const u32 first = split ? blockIdx.z : 0, step = split ? gridDim.z : 1;
-    if (first * ATT_SPLIT > p || (!split && blockIdx.z > 0)) return;
-    const float* src = qkv + (u64)row * (nh + 2 * nkv) * d + (u64)h * d;
-    for (int i = lane; i < d; i += 32) qs[warp][i] = src[i];
+    if (first >= nsp || (!split && blockIdx.z > 0)) return;
+    KvSpan kv = {kcache, vcache, page_table + table_off[row0], page_tokens, nkv * D, page_stride,
+                 layer_off + (u64)kvh * D};
+    // The first split's keys load while q is read, unless this block writes the newest key first.
+    if (!fuse_rope) stage_split<D>(stage, kv, first * ATT_SPLIT, min(last_p + 1, (first + 1) * ATT_SPLIT));
     if (fuse_rope) {
-        // A decode round: each block rotates its q heads itself, and the block that runs the row's last split
-        // writes the new key and value, as qkv_rope_store would, before it stages them.
+        // A decode round (one row per group): the block rotates the q heads itself, and the block that runs the
+        // row's last split writes the new key and value, as qkv_rope_store would, before it stages them.
         __shared__ float fresh[2][MAX_HEAD_DIM];
-        __syncwarp();
         float o[MAX_HEAD_DIM / 32];
-        rope_head(qs[warp], q_norm, eps, p, inv_freq, d, interleaved, true, o);
-        __syncwarp();
-#pragma unroll
-        for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
-            if (lane + 32 * j < d) qs[warp][lane + 32 * j] = o[j];
-        if (!split || (p / ATT_SPLIT) % gridDim.z == blockIdx.z) {
-            for (int which = warp; which < 2; which += blockDim.x >> 5) {
-                const bool is_v = which == 1;
-                const float* hsrc = qkv + (u64)row * (nh + 2 * nkv) * d + (u64)(nh + which * nkv + kvh) * d;
-                for (int i = lane; i < d; i += 32) fresh[which][i] = hsrc[i];
-                __syncwarp();
-                rope_head(fresh[which], k_norm, eps, p, inv_freq, d, interleaved, !is_v, o);
-                float* dst = (is_v ? vcache : kcache) + kv_off[row] + layer_off + (u64)kvh * d;
-#pragma unroll
-                for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
-                    if (lane + 32 * j < d) dst[lane + 32 * j] = o[j];
-            }
-        }
-    }
-    const u32* pages = page_table + table_off[row];
-    KvSpan kv = {kcache, vcache, pid, 0, page_tokens, nkv * d, d, page_stride, layer_off + (u64)kvh * d};
-    const float inf = __int_as_float(0x7f800000);
-    float big_m = -inf, big_l = 0.0f, big_a[MAX_HEAD_DIM / 32];
-#pragma unroll
-    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) big_a[j] = 0.0f;
-    for (u32 s = first; s * ATT_SPLIT <= p; s += step) {
-        const u32 s0 = s * ATT_SPLIT, end = min(p + 1, s0 + ATT_SPLIT);
-        __syncthreads();
-        for (u32 t = threadIdx.x; t < end - s0; t += blockDim.x) pid[t] = pages[(s0 + t) / page_tokens];
-        kv.s0 = s0;
-        __syncthreads();
-        const int tiles = (end - s0 + ATT_TILE - 1) / ATT_TILE;
-        stage_tile(stage, kv, s0, min((u32)ATT_TILE, end - s0));
-        float m = -inf, l = 0.0f, acc[MAX_HEAD_DIM / 32];
-#pragma unroll
-        for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) acc[j] = 0.0f;
-        for (int tile = 0; tile < tiles; ++tile) {
-            const u32 start = s0 + tile * ATT_TILE;
-            const int count = min((u32)ATT_TILE, end - start);
-            if (tile + 1 < tiles) {
-                stage_tile(stage + ((tile + 1) & 1) * ATT_BUF, kv, start + ATT_TILE, min((u32)ATT_TILE, end - start - ATT_TILE));
-                async_wait<1>();
-            } else {
-                async_wait<0>();
-            }
-            __syncthreads();
-            const float* ks = stage + (tile & 1) * ATT_BUF;
-            const float* vs = ks + ATT_TILE * KS_STRIDE;
-            float score = -inf;
-            if (lane < count) {
-                float dot = 0.0f;
-                for (int i = 0; i < d; i += 4) {
-                    const float4 k4 = *reinterpret_cast<const float4*>(ks + lane * KS_STRIDE + i);
-                    dot += qs[warp][i] * k4.x;
-                    dot += qs[warp][i + 1] * k4.y;
-                    dot += qs[warp][i + 2] * k4.z;
-                    dot += qs[warp][i + 3] * k4.w;
-                }
-                score = dot * scale;
-            }
-            const float m_new = fmaxf(m, warp_max(score));
-            const float pr = lane < count ? expf(score - m_new) : 0.0f;
-            const float rescale = expf(m - m_new);
-            l = l * rescale + warp_sum(pr);
-#pragma unroll
-            for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) acc[j] *= rescale;
-            for (int t = 0; t < count; ++t) {
-                const float pt = __shfl_sync(0xffffffffu, pr, t);
-#pragma unroll
-                for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
-                    if (j < d / 32) acc[j] += pt * vs[t * MAX_HEAD_DIM + lane + 32 * j];
-            }
-            m = m_new;
-            __syncthreads();
-        }
-        if (split) {
-            float* dst = partial + ((u64)(row * nh + h) * nsplit + s) * (d + 2);
+        for (int hh = warp; hh < group; hh += nwarps) {
+            const float* src = qkv + (u64)row0 * width + (u64)(kvh * group + hh) * D;
+            for (int i = lane; i < D; i += 32) qrot[hh][i] = src[i];
+            __syncwarp();
+            rope_head(qrot[hh], q_norm, eps, last_p, inv_freq, D, interleaved, true, o);
+            __syncwarp();
 #pragma unroll
             for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
-                if (j < d / 32) dst[lane + 32 * j] = acc[j];
-            if (lane == 0) dst[d] = m, dst[d + 1] = l;
-        } else {
-            fold_state(big_m, big_l, big_a, m, l, acc, d);
+                if (lane + 32 * j < D) qrot[hh][lane + 32 * j] = o[j];
         }
+        if (!split || (nsp - 1) % gridDim.z == blockIdx.z) {
+            for (int which = warp; which < 2; which += nwarps) {
+                const bool is_v = which == 1;
+                const float* src = qkv + (u64)row0 * width + (u64)(nh + which * nkv + kvh) * D;
+                for (int i = lane; i < D; i += 32) fresh[which][i] = src[i];
+                __syncwarp();
+                rope_head(fresh[which], k_norm, eps, last_p, inv_freq, D, interleaved, !is_v, o);
+                bf16* dst = (is_v ? vcache : kcache) + kv_off[row0] + layer_off + (u64)kvh * D;
+#pragma unroll
+                for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
+                    if (lane + 32 * j < D) dst[lane + 32 * j] = f2bf(o[j]);
+            }
+        }
+        __syncthreads();
+    }
+    // Where every row fits one warp's tile, all warps take the same rows and split the output columns between them.
+    const bool share = (int)count <= per_warp;
+    const int jlo = share ? warp * (NT / 2) / nwarps : 0, jhi = share ? (warp + 1) * (NT / 2) / nwarps : NT / 2;
+    // This lane's two mma rows, g and g + 8: their q, position (-1 for padding), output row and head.
+    const float* qrow[2];
+    int prow[2];
+    u64 orow[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        const int r = g + 8 * hr, pi = r / group, hh = r - pi * group;
+        const u32 local = (share ? 0 : warp * per_warp) + pi;
+        const bool valid = pi < per_warp && local < count;
+        const u64 row = row0 + local, h = (u64)kvh * group + hh;
+        prow[hr] = valid ? (int)pos[row] : -1;
+        qrow[hr] = !valid ? nullptr : fuse_rope ? qrot[hh] : qkv + row * width + h * D;
+        orow[hr] = (row * nh + h);
+    }
+    const bool busy = jlo < jhi && (share || warp * per_warp < (int)count);
+    u32 qa[D / 16][4];
+#pragma unroll
+    for (int k = 0; k < D / 16; ++k) {
+        const int c = k * 16 + 2 * q;
+        float2 lo[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)}, hi[2] = {lo[0], lo[1]};
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+            if (qrow[hr]) {
+                lo[hr] = *reinterpret_cast<const float2*>(qrow[hr] + c);
+                hi[hr] = *reinterpret_cast<const float2*>(qrow[hr] + c + 8);
+            }
+        qa[k][0] = pack_bf16(lo[0].x, lo[0].y);
+        qa[k][1] = pack_bf16(lo[1].x, lo[1].y);
+        qa[k][2] = pack_bf16(hi[0].x, hi[0].y);
+        qa[k][3] = pack_bf16(hi[1].x, hi[1].y);
+    }
+    const float inf = __int_as_float(0x7f800000);
+    float big_m[2] = {-inf, -inf}, big_l[2] = {0.0f, 0.0f}, big_a[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) big_a[j][0] = big_a[j][1] = big_a[j][2] = big_a[j][3] = 0.0f;
+    if (fuse_rope) stage_split<D>(stage, kv, first * ATT_SPLIT, min(last_p + 1, (first + 1) * ATT_SPLIT));
+    for (u32 s = first, it = 0; s < nsp; s += step, ++it) {
+        const u32 s0 = s * ATT_SPLIT, nx = s + step;
+        if (nx < nsp) {
+            stage_split<D>(stage + ((it + 1) & 1) * 2 * TILE, kv, nx * ATT_SPLIT, min(last_p + 1, (nx + 1) * ATT_SPLIT));
+            async_wait<1>();
+        } else {
+            async_wait<0>();
+        }
+        __syncthreads();
+        const bf16* ks = stage + (it & 1) * 2 * TILE;
+        const bf16* vs = ks + TILE;
+        // Scores of 16 rows by the split's 64 keys: tile nt holds keys 8 nt .. 8 nt + 7. Where the warps share rows,
+        // each computes 8 / ATT_WARPS of the tiles, with the same mma sequence, and they swap them in shared memory.
+        float sc[8][4];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+            if (share ? nt * ATT_WARPS / 8 != warp : !busy) continue;
+#pragma unroll
+            for (int k = 0; k < D / 16; ++k) {
+                const bf16* kr = ks + (nt * 8 + g) * ST + k * 16 + 2 * q;
+                mma_bf16(sc[nt], qa[k][0], qa[k][1], qa[k][2], qa[k][3], *reinterpret_cast<const u32*>(kr),
+                         *reinterpret_cast<const u32*>(kr + 8));
+            }
+            if (share) {
+                swap[g][nt * 4 + q] = make_float2(sc[nt][0], sc[nt][1]);
+                swap[g + 8][nt * 4 + q] = make_float2(sc[nt][2], sc[nt][3]);
+            }
+        }
+        if (share) {
+            __syncthreads();
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+                const float2 lo = swap[g][nt * 4 + q], hi = swap[g + 8][nt * 4 + q];
+                sc[nt][0] = lo.x, sc[nt][1] = lo.y, sc[nt][2] = hi.x, sc[nt][3] = hi.y;
+            }
+        }
+        if (busy) {
+            float mt[2] = {-inf, -inf}, lt[2] = {0.0f, 0.0f};
+            bool active[2];
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                active[hr] = prow[hr] >= (int)s0;
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float& v = sc[nt][2 * hr + e];
+                        v = (int)(s0 + nt * 8 + 2 * q + e) <= prow[hr] ? v * scale : -inf;
+                        mt[hr] = fmaxf(mt[hr], v);
+                    }
+                mt[hr] = fmaxf(mt[hr], __shfl_xor_sync(0xffffffffu, mt[hr], 1));
+                mt[hr] = fmaxf(mt[hr], __shfl_xor_sync(0xffffffffu, mt[hr], 2));
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float& v = sc[nt][2 * hr + e];
+                        v = active[hr] ? expf(v - mt[hr]) : 0.0f;
+                        lt[hr] += v;
+                    }
+                lt[hr] += __shfl_xor_sync(0xffffffffu, lt[hr], 1);
+                lt[hr] += __shfl_xor_sync(0xffffffffu, lt[hr], 2);
+            }
+            u32 pa[4][4];
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                pa[kk][0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
+                pa[kk][1] = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
+                pa[kk][2] = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+                pa[kk][3] = pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+            }
+            float fa[2], fb[2], top[2];
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                top[hr] = fmaxf(big_m[hr], mt[hr]);
+                fa[hr] = expf(big_m[hr] - top[hr]);
+                fb[hr] = expf(mt[hr] - top[hr]);
+            }
+            const bf16* vrow = vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * ST + (lane >> 4) * 8;
+#pragma unroll
+            for (int jp = 0; jp < NT / 2; ++jp) {
+                if (jp < jlo || jp >= jhi) continue;
+                float t[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+                for (int kk = 0; kk < 4; ++kk) {
+                    u32 r0, r1, r2, r3;
+                    load_trans_x4(vrow + kk * 16 * ST + jp * 16, r0, r1, r2, r3);
+                    mma_bf16(t[0], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], r0, r1);
+                    mma_bf16(t[1], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], r2, r3);
+                }
+#pragma unroll
+                for (int u = 0; u < 2; ++u)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int hr = e >> 1, j = 2 * jp + u;
+                        if (split) {
+                            if (prow[hr] >= 0)
+                                partial[(orow[hr] * nsplit + s) * (D + 2) + 8 * j + 2 * q + (e & 1)] = t[u][e];
+                        } else if (active[hr]) {
+                            big_a[j][e] = fold(big_a[j][e], fa[hr], t[u][e], fb[hr]);
+                        }
+                    }
+            }
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                if (split) {
+                    if (prow[hr] >= 0 && q == 0 && jlo == 0) {
+                        float* st = partial + (orow[hr] * nsplit + s) * (D + 2) + D;
+                        st[0] = mt[hr], st[1] = lt[hr];
+                    }
+                } else if (active[hr]) {
+                    big_l[hr] = fold(big_l[hr], fa[hr], lt[hr], fb[hr]);
+                    big_m[hr] = top[hr];
+                }
+            }
+        }
+        __syncthreads();
     }
     if (split) {
         // The row's last block to finish folds every split's state, in split order, and writes the row.
         __shared__ u32 ticket;
         __threadfence();
         __syncthreads();
-        if (threadIdx.x == 0) ticket = atomicAdd(tickets + row * nkv + kvh, 1u);
+        if (threadIdx.x == 0) ticket = atomicAdd(tickets + row0 * nkv + kvh, 1u);
         __syncthreads();
-        if (ticket != min(gridDim.z, p / ATT_SPLIT + 1) - 1) return;
+        if (ticket != min(gridDim.z, nsp) - 1) return;
         __threadfence();
-        if (threadIdx.x == 0) tickets[row * nkv + kvh] = 0;
-        const float* base = partial + (u64)(row * nh + h) * nsplit * (d + 2);
-        for (u32 s = 0; s * ATT_SPLIT <= p; ++s) {
-            const float* part = base + (u64)s * (d + 2);
-            float acc[MAX_HEAD_DIM / 32];
-#pragma unroll
-            for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) acc[j] = j < d / 32 ? __ldcg(part + lane + 32 * j) : 0.0f;
-            fold_state(big_m, big_l, big_a, __ldcg(part + d), __ldcg(part + d + 1), acc, d);
+        if (threadIdx.x == 0) tickets[row0 * nkv + kvh] = 0;
+        // Every thread folds some (head, element) of the row in split order: the fold of the direct path.
+        const u64 head0 = (u64)row0 * nh + (u64)kvh * group;
+        for (int e = threadIdx.x; e < group * D; e += blockDim.x) {
+            const int hh = e / D, i = e - hh * D;
+            const float* st = partial + (head0 + hh) * nsplit * (D + 2);
+            float m = -inf, l = 0.0f, acc = 0.0f;
+            for (u32 s = 0; s < nsp; ++s, st += D + 2) {
+                const float ms = __ldcg(st + D), tp = fmaxf(m, ms), fa = expf(m - tp), fb = expf(ms - tp);
+                acc = fold(acc, fa, __ldcg(st + i), fb);
+                l = fold(l, fa, __ldcg(st + D + 1), fb);
+                m = tp;
+            }
+            out[(head0 + hh) * D + i] = f2bf(acc / l);
         }
+        return;
     }
-    bf16* dst = out + (u64)row * nh * d + (u64)h * d;
+    if (!busy) return;
 #pragma unroll
-    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
-        if (j < d / 32) dst[lane + 32 * j] = f2bf(big_a[j] / big_l);
+    for (int hr = 0; hr < 2; ++hr) {
+        if (prow[hr] < 0) continue;
+        u32* dst = reinterpret_cast<u32*>(out + orow[hr] * D);
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+            if (j >= 2 * jlo && j < 2 * jhi)
+                dst[(8 * j + 2 * q) / 2] = pack_bf16(big_a[j][2 * hr] / big_l[hr], big_a[j][2 * hr + 1] / big_l[hr]);
+    }
 }
+
+// One block an SM is all the bound asks: ptxas may otherwise spill registers to fit more blocks.
+#define ATTENTION_KERNEL(D)                                                                                            \
+    extern "C" __global__ void __launch_bounds__(32 * ATT_WARPS, 1) attention_d##D(                                    \
+        const float* qkv, const u32* pos, const u32* groups, const u32* page_table, const u32* table_off,               \
+        bf16* kcache, bf16* vcache, bf16* out, float* partial, u32* tickets, int nh, int nkv, int page_tokens,          \
+        u64 page_stride, u64 layer_off, float scale, int nsplit, const u64* kv_off, const float* inv_freq,               \
+        const float* q_norm, const float* k_norm, float eps, int interleaved, int fuse_rope) {                          \
+        attention_rows<D>(qkv, pos, groups, page_table, table_off, kcache, vcache, out, partial, tickets, nh, nkv,    \
+                          page_tokens, page_stride, layer_off, scale, nsplit, kv_off, inv_freq, q_norm, k_norm, eps,   \
+                          interleaved, fuse_rope);                                                                     \
+    }
+
+ATTENTION_KERNEL(32)
+ATTENTION_KERNEL(64)
+ATTENTION_KERNEL(96)
+ATTENTION_KERNEL(128)

@@ -147,7 +147,7 @@ __device__ void gemm_narrow(const bf16* __restrict__ a, const bf16* __restrict__
     }
 }
 
-// Many rows (prefill, wide batches): one warp per segment over a tile of 64 rows by 32 columns.
+// Rounds of tens of rows: one warp per segment over a tile of 64 rows by 32 columns, for grids too small to tile.
 __device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w, const float* __restrict__ bias,
                           float* __restrict__ c, bf16* __restrict__ act, int m, int n, int k, int segments) {
     constexpr int MT = 4, NSUB = 4;

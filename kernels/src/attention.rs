@@ -14,6 +14,8 @@ pub struct KvLayout {
     pub num_kv_heads: usize,
     pub head_dim: usize,
     pub page_tokens: usize,
+    /// Bytes of one stored element: 4 for f32 on the CPU, 2 for bf16 on a GPU.
+    pub elem_bytes: usize,
 }
 
 impl KvLayout {
@@ -22,9 +24,10 @@ impl KvLayout {
     }
     /// Bytes of one page, keys and values together.
     pub fn page_bytes(&self) -> usize {
-        2 * self.num_layers * self.page_tokens * self.kv_dim() * std::mem::size_of::<f32>()
+        2 * self.page_elems() * self.elem_bytes
     }
-    pub fn page_floats(&self) -> usize {
+    /// Elements of one page of keys (or of values).
+    pub fn page_elems(&self) -> usize {
         self.num_layers * self.page_tokens * self.kv_dim()
     }
 }
@@ -44,13 +47,15 @@ pub struct KvPool {
 
 impl KvPool {
     pub fn new(layout: KvLayout, num_pages: usize) -> KvPool {
-        let n = num_pages * layout.page_floats();
+        assert_eq!(layout.elem_bytes, 4, "a host pool holds f32");
+        let n = num_pages * layout.page_elems();
         KvPool { layout, num_pages, keys: Box::new(vec![0.0; n]), values: Box::new(vec![0.0; n]), device: None }
     }
 
     /// A pool over given memory, each buffer at least `num_pages` pages of floats.
     pub fn with_storage(layout: KvLayout, num_pages: usize, keys: KvStorage, values: KvStorage) -> KvPool {
-        let n = num_pages * layout.page_floats();
+        assert_eq!(layout.elem_bytes, 4, "a host pool holds f32");
+        let n = num_pages * layout.page_elems();
         assert!(keys.len() >= n && values.len() >= n, "KV storage is smaller than {num_pages} pages");
         KvPool { layout, num_pages, keys, values, device: None }
     }
@@ -77,7 +82,7 @@ impl KvPool {
         let l = &self.layout;
         let page = pages[pos / l.page_tokens] as usize;
         assert!(page < self.num_pages, "page {page} is outside the pool");
-        page * l.page_floats() + (layer * l.page_tokens + pos % l.page_tokens) * l.kv_dim()
+        page * l.page_elems() + (layer * l.page_tokens + pos % l.page_tokens) * l.kv_dim()
     }
 
     /// Stores one position's key and value rows.
@@ -125,4 +130,24 @@ pub fn attend(pool: &KvPool, layer: usize, queries: &[Query], num_heads: usize, 
             axpy(w / denom, v, o);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_a_page_of_bf16_takes_half_the_bytes_of_one_of_f32() {
+        let f32_layout = KvLayout { num_layers: 3, num_kv_heads: 2, head_dim: 64, page_tokens: 16, elem_bytes: 4 };
+        let bf16_layout = KvLayout { elem_bytes: 2, ..f32_layout };
+        assert_eq!(f32_layout.page_elems(), 3 * 16 * 128);
+        assert_eq!(f32_layout.page_bytes(), 2 * 4 * f32_layout.page_elems());
+        assert_eq!(bf16_layout.page_bytes(), f32_layout.page_bytes() / 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "a host pool holds f32")]
+    fn test_a_host_pool_refuses_a_bf16_layout() {
+        KvPool::new(KvLayout { num_layers: 1, num_kv_heads: 1, head_dim: 4, page_tokens: 16, elem_bytes: 2 }, 1);
+    }
 }

@@ -35,6 +35,8 @@ pub fn matmul(x: &[f32], num_rows: usize, w: &Weight, out: &mut [f32]) {
     let ptr = OutPtr(out.as_mut_ptr());
     let num_tasks = n.div_ceil(ROWS_PER_TASK);
     (0..num_tasks).into_par_iter().for_each(|task| {
+        // The closure must take the Send wrapper whole, not its raw pointer field.
+        #[allow(clippy::redundant_locals)]
         let ptr = ptr;
         let mut m = 0;
         // A tile of activations meets every weight row of the task while both sit in L1.

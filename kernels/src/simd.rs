@@ -1,4 +1,6 @@
 //! Row-tile dot products of activations with one weight row; each output's arithmetic is fixed by the shape.
+// A tile's rows index its activations, accumulators and outputs in step, so the loops run over row indices.
+#![allow(clippy::needless_range_loop)]
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;

@@ -1,4 +1,6 @@
 //! AVX-512 forms of the quantized row dots: half the vector work per block of the AVX2 forms.
+// A tile's rows index its activations, accumulators and outputs in step, so the loops run over row indices.
+#![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
 

@@ -37,6 +37,6 @@ impl ModelConfig {
     /// The KV pool shape for pages of `page_tokens` positions.
     pub fn kv_layout(&self, page_tokens: usize) -> crate::boundary::KvLayout {
         let (num_layers, num_kv_heads, head_dim) = (self.num_layers, self.num_kv_heads, self.head_dim);
-        crate::boundary::KvLayout { num_layers, num_kv_heads, head_dim, page_tokens }
+        crate::boundary::KvLayout { num_layers, num_kv_heads, head_dim, page_tokens, elem_bytes: 4 }
     }
 }

@@ -1,12 +1,25 @@
 //! Host side of the attention kernels (attention.cu): RoPE and the cache write, and paged attention.
 
-use super::{Arg, DevPtr, Gpu, GpuError, MAX_HEAD_DIM};
-
-/// Dynamic shared memory of an attention block: two staged tiles of 32 keys and values (attention.cu).
-pub(super) const ATTENTION_SMEM: u32 = 2 * (32 * (MAX_HEAD_DIM as u32 + 4) + 32 * MAX_HEAD_DIM as u32) * 4;
+use super::{Arg, DevPtr, Gpu, GpuError};
 
 /// Positions in one attention split (ATT_SPLIT in attention.cu).
 pub const ATTENTION_SPLIT: usize = 64;
+
+/// Head sizes the attention kernels are built for (`attention_d{D}` in attention.cu).
+pub const HEAD_DIMS: [usize; 4] = [32, 64, 96, 128];
+
+/// Warps of an attention block (ATT_WARPS in attention.cu); each takes up to 16 / group positions of a row group.
+const ATTENTION_WARPS: usize = 4;
+
+/// Dynamic shared memory of an attention block of head size `d`: two staged splits of bf16 keys and values.
+pub(super) fn attention_smem(d: usize) -> u32 {
+    (2 * 2 * ATTENTION_SPLIT * (d + 8) * 2) as u32
+}
+
+/// Most consecutive positions of one lane that an attention block takes, for `group` query heads per KV head.
+pub fn attention_group_rows(group: usize) -> usize {
+    ATTENTION_WARPS * (16 / group)
+}
 
 impl Gpu {
     /// Per-head norm and RoPE of q and k in `qkv`, and k and v written to the cache at `kv_off[r] + layer_off`.
@@ -32,15 +45,17 @@ impl Gpu {
     }
 
     /// Causal attention of each row over its lane's pages; out is bf16 rows of num_heads * head_dim.
-    /// With `partial` (room for `nsplit` split states per row and head), `splits` blocks per row run the splits
-    /// side by side and the last to finish folds them; without, one block per row folds them: the bits are the same.
+    /// One block takes each row group (`groups`: first row and count). With `partial` (every group one row, room
+    /// for `nsplit` split states per row and head), `splits` blocks per row run the splits side by side and the
+    /// last to finish folds them; without, one block per group folds them: the bits are the same.
     /// With `rope` (a round where every lane decodes one token) it also does `qkv_rope_store`'s work, which the
     /// caller then skips: the same arithmetic, one launch fewer.
     pub fn paged_attention(&self, a: &AttentionArgs, rope: Option<&QkvArgs>) -> Result<(), GpuError> {
-        let dims = [a.num_heads, a.num_kv_heads, a.head_dim, a.page_tokens].map(|v| Arg::Int(v as i32));
+        let dims = [a.num_heads, a.num_kv_heads, a.page_tokens].map(|v| Arg::Int(v as i32));
         let args = [
             Arg::Ptr(a.qkv),
             Arg::Ptr(a.pos),
+            Arg::Ptr(a.groups),
             Arg::Ptr(a.page_table),
             Arg::Ptr(a.table_off),
             Arg::Ptr(a.kcache),
@@ -51,7 +66,6 @@ impl Gpu {
             dims[0],
             dims[1],
             dims[2],
-            dims[3],
             Arg::Ptr(a.page_stride),
             Arg::Ptr(a.layer_off),
             Arg::Float(a.scale),
@@ -64,9 +78,10 @@ impl Gpu {
             Arg::Int(rope.is_some_and(|r| r.interleaved) as i32),
             Arg::Int(rope.is_some() as i32),
         ];
-        let group = (a.num_heads / a.num_kv_heads) as u32;
+        let at = HEAD_DIMS.iter().position(|&d| d == a.head_dim).expect("a head size the attention kernels take");
         let z = if a.partial == 0 { 1 } else { a.splits.clamp(1, a.nsplit.max(1)) };
-        self.launch(&self.f.paged_attention, (a.num_kv_heads, a.rows, z), 32 * group, ATTENTION_SMEM, &args)
+        let block = 32 * ATTENTION_WARPS as u32;
+        self.launch(&self.f.attention[at], (a.num_kv_heads, a.num_groups, z), block, attention_smem(a.head_dim), &args)
     }
 }
 
@@ -98,7 +113,9 @@ pub struct AttentionArgs {
     pub kcache: DevPtr,
     pub vcache: DevPtr,
     pub out: DevPtr,
-    pub rows: usize,
+    /// Row groups, two u32 each (first row, count): consecutive positions of one lane, at most `attention_group_rows`.
+    pub groups: DevPtr,
+    pub num_groups: usize,
     pub num_heads: usize,
     pub num_kv_heads: usize,
     pub head_dim: usize,
@@ -106,11 +123,37 @@ pub struct AttentionArgs {
     pub page_stride: u64,
     pub layer_off: u64,
     pub scale: f32,
-    /// Room for split states (`nsplit` per row and head, `head_dim + 2` floats each), or 0 to fold in one block.
+    /// Room for split states (`nsplit` per row and head, `head_dim + 2` floats each), or 0 to fold in one block;
+    /// only where every group is one row.
     pub partial: DevPtr,
     /// A zeroed counter per (row, KV head) of a split round; the kernel leaves it zero.
     pub tickets: DevPtr,
     pub nsplit: usize,
     /// Blocks per row when splitting.
     pub splits: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_kernels_compile_with_an_attention_kernel_for_every_head_size() {
+        match super::super::compile_ptx("sm_90") {
+            Ok(ptx) => {
+                for d in HEAD_DIMS {
+                    assert!(ptx.contains(&format!(".entry attention_d{d}(")), "PTX lacks attention_d{d}");
+                }
+            }
+            Err(GpuError::NoNvrtc) => eprintln!("skipped: no NVRTC library on this machine"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn test_a_row_group_fills_the_16_mma_rows_of_each_warp() {
+        for group in [1, 2, 4, 8] {
+            assert_eq!(attention_group_rows(group) * group, 16 * ATTENTION_WARPS);
+        }
+    }
 }

@@ -10,23 +10,24 @@ use cudarc::nvrtc::{CompileOptions, Ptx};
 use sha2::{Digest, Sha256};
 
 mod attention;
+mod pack;
 pub use crate::cuda_pack::{gate_up_order, gemm_segments, pack_weight, packed_index, packed_rows, GemmTuning, Graph};
-pub use attention::{AttentionArgs, QkvArgs, ATTENTION_SPLIT};
+pub use attention::{attention_group_rows, AttentionArgs, QkvArgs, ATTENTION_SPLIT, HEAD_DIMS};
+pub use pack::{packed_vector, Event, PackPlace};
 
 /// A device address.
 pub type DevPtr = u64;
 
 /// The kernel sources, one file per family of operations, compiled together as one module.
-pub const SOURCES: [(&str, &str); 5] = [
+pub const SOURCES: [(&str, &str); 7] = [
     ("prelude.cu", include_str!("../../cuda/prelude.cu")),
     ("norm.cu", include_str!("../../cuda/norm.cu")),
     ("gemm.cu", include_str!("../../cuda/gemm.cu")),
+    ("gemm_tiled.cu", include_str!("../../cuda/gemm_tiled.cu")),
     ("attention.cu", include_str!("../../cuda/attention.cu")),
     ("sampling.cu", include_str!("../../cuda/sampling.cu")),
+    ("pack.cu", include_str!("../../cuda/pack.cu")),
 ];
-
-/// Largest head size the attention kernels take; head sizes must also be multiples of 32.
-pub const MAX_HEAD_DIM: usize = 128;
 
 /// Most query heads sharing one KV head.
 pub const MAX_GROUP: usize = 8;
@@ -59,15 +60,34 @@ struct Functions {
     gemm_m16: CudaFunction,
     gemm_norm_m8: CudaFunction,
     gemm_m64: CudaFunction,
+    gemm_t128: CudaFunction,
+    gemm_t128_fold: CudaFunction,
+    gemm_t64: CudaFunction,
     qkv_rope_store: CudaFunction,
-    paged_attention: CudaFunction,
+    /// `attention_d{D}` for each of `HEAD_DIMS`.
+    attention: [CudaFunction; 4],
     argmax_rows: CudaFunction,
+    pack_rows: CudaFunction,
     /// Whether launches may overlap the previous kernel's tail (programmatic dependent launch, sm_90 on).
     overlap: bool,
 }
 
 /// Dynamic shared memory of a decode GEMM block: 16 warps with rings of `GEMM_RING` (gemm.cu) 512-byte tiles.
 const RING_BYTES: u32 = 16 * 8 * 512;
+
+/// Dynamic shared memory of a tiled GEMM block of `rows` rows (gemm_tiled.cu): its stages of 2 chunks of A and of
+/// 128 weight rows (4 stages for 128 rows with `fold`, else 3), then with `fold` one float per output of the block
+/// for the segment sums.
+const fn tiled_smem(rows: u32, fold: bool) -> u32 {
+    let stages = if rows == 128 && fold { 4 } else { 3 };
+    stages * 2 * (rows + 128) * 64 + if fold { rows * 128 * 4 } else { 0 }
+}
+
+/// Tiled GEMM blocks below which the 64-row tiles run instead of the 128-row ones: two per SM of a large GPU.
+const TILED_WIDE_BLOCKS: usize = 264;
+
+/// 64-row tiled blocks below which the untiled wide kernel runs instead: one per SM of a large GPU.
+const TILED_MIN_BLOCKS: usize = 132;
 
 /// Shared memory behind the ring for the rows a norm-folding GEMM norms: rows x K in bf16.
 const NORM_BYTES: u32 = 32 * 1024;
@@ -200,9 +220,18 @@ impl Gpu {
             gemm_m16: load("gemm_m16")?,
             gemm_norm_m8: load("gemm_norm_m8")?,
             gemm_m64: load("gemm_m64")?,
+            gemm_t128: load("gemm_t128")?,
+            gemm_t128_fold: load("gemm_t128_fold")?,
+            gemm_t64: load("gemm_t64")?,
             qkv_rope_store: load("qkv_rope_store")?,
-            paged_attention: load("paged_attention")?,
+            attention: [
+                load("attention_d32")?,
+                load("attention_d64")?,
+                load("attention_d96")?,
+                load("attention_d128")?,
+            ],
             argmax_rows: load("argmax_rows")?,
+            pack_rows: load("pack_rows")?,
             overlap: major >= 9 && options.overlap,
         };
         // The decode GEMMs keep their weight rings in dynamic shared memory beyond the default 48 KiB.
@@ -211,7 +240,12 @@ impl Gpu {
             func.set_attribute(attr, RING_BYTES as i32)?;
         }
         f.gemm_norm_m8.set_attribute(attr, (RING_BYTES + NORM_BYTES) as i32)?;
-        f.paged_attention.set_attribute(attr, attention::ATTENTION_SMEM as i32)?;
+        f.gemm_t128.set_attribute(attr, tiled_smem(128, false) as i32)?;
+        f.gemm_t128_fold.set_attribute(attr, tiled_smem(128, true) as i32)?;
+        f.gemm_t64.set_attribute(attr, tiled_smem(64, true) as i32)?;
+        for (func, d) in f.attention.iter().zip(HEAD_DIMS) {
+            func.set_attribute(attr, attention::attention_smem(d) as i32)?;
+        }
         // Graph capture needs a stream of our own, not the legacy default one.
         let stream = ctx.new_stream()?;
         Ok(Arc::new(Gpu { ctx, stream, f, narrow: AtomicBool::new(false), gemm: options.gemm }))
@@ -473,10 +507,19 @@ impl Gpu {
     ) -> Result<(), GpuError> {
         assert!(k.is_multiple_of(32), "gemm: K = {k} is not a multiple of 32");
         let segments = gemm_segments(n, k, self.gemm);
-        // Narrow kernels: 16 warps, one per (8-column tile, segment); the wide one: a warp per segment.
+        // Narrow kernels: 16 warps, one per (8-column tile, segment); the tiled ones: 8 warps over 128 columns; the
+        // untiled wide one: a warp per segment over 32 columns. All sum each element in the same order.
+        let col_blocks = n.div_ceil(128);
         let (func, grid, threads, smem) = match m {
             0..=8 => (&self.f.gemm_m8, (n.div_ceil(8 * 16 / segments), 1, 1), 512, RING_BYTES),
             9..=16 => (&self.f.gemm_m16, (n.div_ceil(8 * 16 / segments), 1, 1), 512, RING_BYTES),
+            _ if m.div_ceil(128) * col_blocks >= TILED_WIDE_BLOCKS => match segments {
+                1 => (&self.f.gemm_t128, (m.div_ceil(128) * col_blocks, 1, 1), 256, tiled_smem(128, false)),
+                _ => (&self.f.gemm_t128_fold, (m.div_ceil(128) * col_blocks, 1, 1), 256, tiled_smem(128, true)),
+            },
+            _ if m.div_ceil(64) * col_blocks >= TILED_MIN_BLOCKS => {
+                (&self.f.gemm_t64, (m.div_ceil(64) * col_blocks, 1, 1), 256, tiled_smem(64, true))
+            }
             _ => (&self.f.gemm_m64, (n.div_ceil(32), m.div_ceil(64), 1), 32 * segments as u32, 0),
         };
         let dims = [m, n, k, segments].map(|v| Arg::Int(v as i32));

@@ -1,4 +1,4 @@
-//! The Llama family on a CUDA GPU: bf16 weights, f32 residual stream and KV, our batch-invariant kernels.
+//! The Llama family on a CUDA GPU: bf16 weights and KV, an f32 residual stream, our batch-invariant kernels.
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
@@ -7,7 +7,7 @@ use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
 use crate::memory::{Alloc, Held, MemoryKind};
 use rayon::prelude::*;
 use tensorfold_kernels::cuda::{
-    gate_up_order, DevPtr, Gpu, GpuError, Graph, KernelOptions, ATTENTION_SPLIT, MAX_GROUP, MAX_HEAD_DIM,
+    attention_group_rows, DevPtr, Gpu, GpuError, Graph, KernelOptions, ATTENTION_SPLIT, HEAD_DIMS, MAX_GROUP,
 };
 
 use crate::checkpoint::Checkpoint;
@@ -17,8 +17,10 @@ use crate::llama::{rope_inv_freq, Loader};
 
 mod pack;
 mod queue;
+mod upload;
 
-use pack::{pack_rows, read, stacked, Rows};
+use pack::read;
+use upload::Uploader;
 
 /// A recorded round's row count, KV pool keys, values and page size, RoPE fusion and norm folding.
 type GraphKey = (usize, DevPtr, DevPtr, usize, bool, bool);
@@ -76,6 +78,8 @@ struct MetaLayout {
     kv_off: usize,
     table_off: usize,
     rows: usize,
+    /// Attention row groups: first row and count, two u32 each.
+    groups: usize,
     pages: usize,
     end: usize,
 }
@@ -89,9 +93,10 @@ impl MetaLayout {
         let kv_off = pos + align(4 * t);
         let table_off = kv_off + align(8 * t);
         let rows = table_off + align(4 * t);
-        let pages = rows + align(4 * t);
+        let groups = rows + align(4 * t);
+        let pages = groups + align(8 * t);
         let end = pages + align(4 * s.max_lanes * s.context);
-        MetaLayout { tokens, pos, kv_off, table_off, rows, pages, end }
+        MetaLayout { tokens, pos, kv_off, table_off, rows, groups, pages, end }
     }
 }
 
@@ -162,71 +167,8 @@ struct Net {
     meta: MetaLayout,
 }
 
-/// Uploads weights through the ledger as they are read, one tensor in host memory at a time.
-struct Uploader<'a, 'b> {
-    gpu: &'a Gpu,
-    alloc: &'a mut Alloc<'b>,
-    held: Vec<Held>,
-    bytes: usize,
-    /// Time spent packing weights and copying them to the GPU, for the load's log line.
-    pack_time: std::time::Duration,
-    upload_time: std::time::Duration,
-}
-
 fn gpu_err(e: GpuError) -> LoadError {
     LoadError::Device(e.to_string())
-}
-
-impl Uploader<'_, '_> {
-    fn buffer(&mut self, kind: MemoryKind, bytes: usize) -> Result<DevPtr, LoadError> {
-        let a = (self.alloc)(kind, bytes).map_err(|e| LoadError::Device(e.to_string()))?;
-        let ptr = a.ptr().0;
-        self.held.push(a);
-        Ok(ptr)
-    }
-
-    fn upload<T>(&mut self, data: &[T]) -> Result<DevPtr, LoadError> {
-        let bytes = std::mem::size_of_val(data);
-        self.bytes += bytes;
-        let ptr = self.buffer(MemoryKind::Weights, bytes)?;
-        let started = std::time::Instant::now();
-        self.gpu.upload(ptr, data).map_err(gpu_err)?;
-        self.upload_time += started.elapsed();
-        Ok(ptr)
-    }
-
-    /// Packs `n` rows in the GEMM's tiles (row `r` from `source(r)`) and uploads them.
-    fn packed(
-        &mut self,
-        parts: &[Rows],
-        n: usize,
-        source: impl Fn(usize) -> (usize, usize) + Sync,
-    ) -> Result<DevPtr, LoadError> {
-        let started = std::time::Instant::now();
-        let data = pack_rows(parts, n, parts.first().map_or(0, Rows::cols), source);
-        self.pack_time += started.elapsed();
-        self.upload(&data)
-    }
-
-    /// Rows of several weights stacked into one bf16 matrix, packed in the GEMM's tiles.
-    fn matrices(&mut self, parts: &[Rows]) -> Result<DevPtr, LoadError> {
-        let n = parts.iter().map(Rows::rows).sum();
-        self.packed(parts, n, |r| stacked(parts, r))
-    }
-
-    /// Gate and up (f x cols each) stacked in `gate_up_order`, packed in the GEMM's tiles.
-    fn gate_up(&mut self, gate: Rows, up: Rows) -> Result<DevPtr, LoadError> {
-        let f = gate.rows();
-        let order = move |r| match gate_up_order(r, f) {
-            src if src < f => (0, src),
-            src => (1, src - f),
-        };
-        self.packed(&[gate, up], 2 * f, order)
-    }
-
-    fn vector(&mut self, v: &[f32]) -> Result<DevPtr, LoadError> {
-        self.upload(v)
-    }
 }
 
 impl CudaLlama {
@@ -241,8 +183,11 @@ impl CudaLlama {
     ) -> Result<CudaLlama, LoadError> {
         let c = ckpt.config().clone();
         let fault = |f: String| LoadError::Device(format!("{}: {f}", ckpt.path().display()));
-        if !c.head_dim.is_multiple_of(32) || c.head_dim > MAX_HEAD_DIM {
-            return Err(fault(format!("head size {} is not a multiple of 32 up to {MAX_HEAD_DIM}", c.head_dim)));
+        if !HEAD_DIMS.contains(&c.head_dim) {
+            return Err(fault(format!(
+                "head size {} is not one the attention kernels take: {HEAD_DIMS:?}",
+                c.head_dim
+            )));
         }
         if !c.num_heads.is_multiple_of(c.num_kv_heads) || c.num_heads / c.num_kv_heads > MAX_GROUP {
             return Err(fault(format!(
@@ -261,14 +206,7 @@ impl CudaLlama {
         let (q_dim, kv_dim) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
         let shared = gpu.clone();
         let started = std::time::Instant::now();
-        let mut up = Uploader {
-            gpu: &shared,
-            alloc,
-            held: Vec::new(),
-            bytes: 0,
-            pack_time: Default::default(),
-            upload_time: Default::default(),
-        };
+        let mut up = Uploader::new(&shared, alloc);
         let matrix = |name: &str, rows, cols| read(ckpt, &ld, name, rows, cols);
         let embed = up.matrices(&[matrix("model.embed_tokens.weight", c.vocab_size, h)?])?;
         let mut layers = Vec::with_capacity(c.num_layers);
@@ -314,9 +252,11 @@ impl CudaLlama {
             true => embed,
             false => up.matrices(&[matrix("lm_head.weight", c.vocab_size, h)?])?,
         };
+        up.finish()?;
         let (pack_s, upload_s) = (up.pack_time.as_secs_f64(), up.upload_time.as_secs_f64());
         let seconds = started.elapsed().as_secs_f64();
-        tracing::info!(seconds, pack_s, upload_s, bytes = up.bytes, "weights on the GPU");
+        let gpu_packed_bytes = up.gpu_packed_bytes;
+        tracing::info!(seconds, pack_s, upload_s, bytes = up.bytes, gpu_packed_bytes, "weights on the GPU");
         let factors = match ckpt.contains("rope_freqs.weight") {
             true => Some(ld.vector("rope_freqs.weight", c.head_dim / 2)?),
             false => None,
@@ -424,7 +364,16 @@ impl CudaLlama {
         let bytes = staging.as_bytes_mut();
         let m = net.meta;
         let (mut row, mut num_pages, mut logit_rows) = (0usize, 0usize, Vec::new());
+        // Attention takes each lane's rows in groups of consecutive positions; in split rounds, one row each.
+        let per_group = if t <= SPLIT_ROWS { 1 } else { attention_group_rows(c.num_heads / c.num_kv_heads) };
+        let mut num_groups = 0usize;
         for lane in lanes {
+            for first in (row..row + lane.tokens.len()).step_by(per_group) {
+                let count = per_group.min(row + lane.tokens.len() - first);
+                put(bytes, m.groups + 8 * num_groups, &(first as u32).to_le_bytes());
+                put(bytes, m.groups + 8 * num_groups + 4, &(count as u32).to_le_bytes());
+                num_groups += 1;
+            }
             if num_pages + lane.pages.len() > net.sizing.max_lanes * net.sizing.context {
                 return Err(sizing_err("the round's page tables exceed the sizing"));
             }
@@ -461,11 +410,13 @@ impl CudaLlama {
         if decode && n == t && t <= GRAPH_ROWS && options.graphs {
             let graph = match self.graphs.entry((t, kcache, vcache, pt, fuse_rope, fold)) {
                 Entry::Occupied(o) => o.into_mut(),
-                Entry::Vacant(v) => v.insert(g.capture(|| net.queue(&cache, t, n, fuse_rope, fold)).map_err(e)?),
+                Entry::Vacant(v) => {
+                    v.insert(g.capture(|| net.queue(&cache, t, n, num_groups, fuse_rope, fold)).map_err(e)?)
+                }
             };
             graph.launch().map_err(e)?;
         } else {
-            net.queue(&cache, t, n, fuse_rope, fold).map_err(e)?;
+            net.queue(&cache, t, n, num_groups, fuse_rope, fold).map_err(e)?;
         }
         let vocab = c.vocab_size;
         // A round whose every logits row is a greedy pick can bring back the ids alone.
@@ -510,7 +461,7 @@ fn put(bytes: &mut [u8], at: usize, value: &[u8]) {
 
 impl Engine for CudaLlama {
     fn kv_layout(&self, page_tokens: usize) -> KvLayout {
-        self.net.cfg.kv_layout(page_tokens)
+        KvLayout { elem_bytes: 2, ..self.net.cfg.kv_layout(page_tokens) }
     }
 
     fn vocab_size(&self) -> usize {

@@ -24,13 +24,15 @@ impl Residual {
 
 impl Net {
     /// Queues the kernels of a round of `t` rows whose tables are uploaded, with logits for `n` of them;
-    /// `fuse_rope` (only where every lane has one token) does RoPE and the cache write inside attention.
+    /// `groups` attention row groups are in the tables; `fuse_rope` (only where every lane has one token) does RoPE
+    /// and the cache write inside attention.
     /// Rounds of few rows fold each norm into the GEMM that reads it (`Gpu::folds_norm`): the same bits.
     pub(super) fn queue(
         &self,
         cache: &Caches,
         t: usize,
         n: usize,
+        groups: usize,
         fuse_rope: bool,
         fold: bool,
     ) -> Result<(), GpuError> {
@@ -40,6 +42,7 @@ impl Net {
             cache,
             t,
             n,
+            groups,
             fuse_rope,
             fold: fold && Gpu::folds_norm(t, h),
             swiglu: self.gpu.fuses_swiglu(t, 2 * f, h),
@@ -57,6 +60,8 @@ struct GpuPass<'a> {
     cache: &'a Caches,
     t: usize,
     n: usize,
+    /// Attention row groups in the round's tables.
+    groups: usize,
     fuse_rope: bool,
     fold: bool,
     swiglu: bool,
@@ -154,7 +159,8 @@ impl LlamaSteps for GpuPass<'_> {
             kcache: self.cache.k,
             vcache: self.cache.v,
             out: s.attn,
-            rows: t,
+            groups: self.at(self.m.meta.groups),
+            num_groups: self.groups,
             num_heads: c.num_heads,
             num_kv_heads: c.num_kv_heads,
             head_dim: d,

@@ -1,0 +1,101 @@
+//! On a GPU: every GEMM kernel gives each row the bits the one-row kernel gives it, whatever the batch. Skips with a
+//! one-line reason where no GPU is found.
+
+use std::sync::Arc;
+
+use tensorfold_kernels::cuda::{gemm_segments, pack_weight, DevPtr, GemmTuning, Gpu, KernelOptions};
+
+/// The GPU, or `None` after printing why the test is skipped.
+fn gpu() -> Option<Arc<Gpu>> {
+    match Gpu::open(0, None, KernelOptions::default()) {
+        Ok(g) => Some(g),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+/// splitmix64, so the values repeat from run to run.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % n
+    }
+}
+
+/// Device memory freed when it drops.
+struct Buffer<'a>(&'a Gpu, DevPtr);
+
+impl Drop for Buffer<'_> {
+    fn drop(&mut self) {
+        self.0.free(self.1, false);
+    }
+}
+
+/// Uniform values in [-1, 1) rounded to bf16.
+fn values(rng: &mut Rng, n: usize) -> Vec<half::bf16> {
+    (0..n).map(|_| half::bf16::from_f32((rng.below(1 << 16) as f32 / 32768.0) - 1.0)).collect()
+}
+
+#[test]
+fn test_every_gemm_kernel_gives_a_row_the_bits_the_one_row_kernel_gives_it() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(7);
+    // Row counts that reach the 8- and 16-row kernels, the untiled wide one and the 64- and 128-row tiles.
+    let batches = [5, 12, 40, 130, 300];
+    // One K segment and several (the 128-row tiles with and without the fold), and a width that is not a tile's.
+    for (n, k) in [(12288, 256), (12288, 2048), (1000, 2048)] {
+        eprintln!("{n} x {k}: {} K segments", gemm_segments(n, k, GemmTuning::default()));
+        let m = *batches.last().unwrap();
+        let a = values(&mut rng, m * k);
+        let w = pack_weight(&values(&mut rng, n * k), n, k);
+        let bias: Vec<f32> = (0..n).map(|i| (i % 13) as f32 * 0.01).collect();
+        let buf = |bytes| Buffer(&g, g.malloc(bytes, false).unwrap());
+        let (da, dw, db, dc, dact) = (buf(2 * m * k), buf(2 * w.len()), buf(4 * n), buf(4 * m * n), buf(m * n));
+        g.upload(da.1, &a).unwrap();
+        g.upload(dw.1, &w).unwrap();
+        g.upload(db.1, &bias).unwrap();
+        let read_f32 = |rows: usize| -> Vec<u32> {
+            let mut out = vec![0f32; rows * n];
+            // SAFETY: the buffer holds m x n floats and `out` lives until the sync.
+            unsafe { g.download_async(&mut out, dc.1).unwrap() };
+            g.sync().unwrap();
+            out.iter().map(|v| v.to_bits()).collect()
+        };
+        let read_act = |rows: usize| -> Vec<u16> {
+            let mut out = vec![0u16; rows * n / 2];
+            // SAFETY: the buffer holds m x n / 2 bf16 values and `out` lives until the sync.
+            unsafe { g.download_async(&mut out, dact.1).unwrap() };
+            g.sync().unwrap();
+            out
+        };
+        // Each row alone through the one-row kernel: with the bias, and fused into SwiGLU where that runs.
+        let fuse = n.is_multiple_of(16) && g.fuses_swiglu(1, n, k);
+        let (mut alone, mut alone_act) = (Vec::new(), Vec::new());
+        for r in 0..m {
+            let row = da.1 + (2 * r * k) as u64;
+            g.gemm(row, dw.1, db.1, dc.1, 1, n, k).unwrap();
+            alone.extend(read_f32(1));
+            if fuse {
+                g.gemm_swiglu(row, dw.1, dact.1, 1, n, k).unwrap();
+                alone_act.extend(read_act(1));
+            }
+        }
+        for rows in batches {
+            g.gemm(da.1, dw.1, db.1, dc.1, rows, n, k).unwrap();
+            let got = read_f32(rows);
+            let first = (0..rows * n).find(|&i| got[i] != alone[i]);
+            assert!(first.is_none(), "{n} x {k}, {rows} rows: element {first:?} differs from its row alone");
+            if fuse {
+                g.gemm_swiglu(da.1, dw.1, dact.1, rows, n, k).unwrap();
+                assert_eq!(read_act(rows), alone_act[..rows * n / 2], "{n} x {k}, {rows} rows: SwiGLU differs");
+            }
+        }
+    }
+}
