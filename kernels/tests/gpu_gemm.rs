@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use tensorfold_kernels::cuda::{gemm_segments, pack_weight, DevPtr, GemmTuning, Gpu, KernelOptions};
 
-/// The GPU, or `None` after printing why the test is skipped.
-fn gpu() -> Option<Arc<Gpu>> {
-    match Gpu::open(0, None, KernelOptions::default()) {
+/// The GPU with `options`, or `None` after printing why the test is skipped.
+fn gpu(options: KernelOptions) -> Option<Arc<Gpu>> {
+    match Gpu::open(0, None, options) {
         Ok(g) => Some(g),
         Err(e) => {
             eprintln!("skipped: {e}");
@@ -45,7 +45,16 @@ fn values(rng: &mut Rng, n: usize) -> Vec<half::bf16> {
 
 #[test]
 fn test_every_gemm_kernel_gives_a_row_the_bits_the_one_row_kernel_gives_it() {
-    let Some(g) = gpu() else { return };
+    rows_match_the_one_row_kernel(KernelOptions::default());
+}
+
+#[test]
+fn test_the_wgmma_kernel_gives_a_row_the_bits_the_one_row_kernel_gives_it() {
+    rows_match_the_one_row_kernel(KernelOptions { wgmma: true, ..KernelOptions::default() });
+}
+
+fn rows_match_the_one_row_kernel(options: KernelOptions) {
+    let Some(g) = gpu(options) else { return };
     let mut rng = Rng(7);
     // Row counts that reach the 8- and 16-row kernels, the untiled wide one and the 64- and 128-row tiles.
     let batches = [5, 12, 40, 130, 300];

@@ -45,6 +45,7 @@ pub enum Key {
     CudaFoldNorms,
     CudaGpuArgmax,
     CudaOverlap,
+    CudaWgmma,
     CudaGemmMinTiles,
     CudaGemmMaxBlocks,
 }
@@ -255,7 +256,11 @@ impl Settings {
             max_decode_blocks: self.size(Key::CudaGemmMaxBlocks).unwrap_or(defaults.kernels.gemm.max_decode_blocks),
         };
         CudaOptions {
-            kernels: KernelOptions { overlap: on(Key::CudaOverlap, defaults.kernels.overlap), gemm },
+            kernels: KernelOptions {
+                overlap: on(Key::CudaOverlap, defaults.kernels.overlap),
+                wgmma: on(Key::CudaWgmma, defaults.kernels.wgmma),
+                gemm,
+            },
             graphs: on(Key::CudaGraphs, defaults.graphs),
             fuse_rope: on(Key::CudaFuseRope, defaults.fuse_rope),
             fold_norms: on(Key::CudaFoldNorms, defaults.fold_norms),

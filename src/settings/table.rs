@@ -139,6 +139,12 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::CudaGpuArgmax, None, Some("TF_CUDA_GPU_ARGMAX"), Kind::Switch, Scope::Env)
     },
     Setting {
+        default: Some("0"),
+        help: "wide rounds multiply on Hopper's warpgroup MMA (wgmma): the same bits, not yet faster",
+        cuda_only: true,
+        ..row(Key::CudaWgmma, None, Some("TF_CUDA_WGMMA"), Kind::Switch, Scope::Env)
+    },
+    Setting {
         default: Some("1"),
         help: "kernels of narrow rounds start while the previous one ends (Hopper and later)",
         cuda_only: true,

@@ -19,11 +19,12 @@ pub use pack::{packed_vector, Event, PackPlace};
 pub type DevPtr = u64;
 
 /// The kernel sources, one file per family of operations, compiled together as one module.
-pub const SOURCES: [(&str, &str); 7] = [
+pub const SOURCES: [(&str, &str); 8] = [
     ("prelude.cu", include_str!("../../cuda/prelude.cu")),
     ("norm.cu", include_str!("../../cuda/norm.cu")),
     ("gemm.cu", include_str!("../../cuda/gemm.cu")),
     ("gemm_tiled.cu", include_str!("../../cuda/gemm_tiled.cu")),
+    ("gemm_wgmma.cu", include_str!("../../cuda/gemm_wgmma.cu")),
     ("attention.cu", include_str!("../../cuda/attention.cu")),
     ("sampling.cu", include_str!("../../cuda/sampling.cu")),
     ("pack.cu", include_str!("../../cuda/pack.cu")),
@@ -63,6 +64,8 @@ struct Functions {
     gemm_t128: CudaFunction,
     gemm_t128_fold: CudaFunction,
     gemm_t64: CudaFunction,
+    /// The wgmma kernel for wide rounds, where the GPU has it and `KernelOptions::wgmma` asks for it.
+    gemm_wg128: Option<CudaFunction>,
     qkv_rope_store: CudaFunction,
     /// `attention_d{D}` for each of `HEAD_DIMS`.
     attention: [CudaFunction; 4],
@@ -129,12 +132,14 @@ pub struct Gpu {
 pub struct KernelOptions {
     /// Kernels of narrow rounds start while the previous one ends (programmatic launch), on Hopper and later.
     pub overlap: bool,
+    /// Wide rounds multiply on the warpgroup MMA of an sm_90 GPU (gemm_wgmma.cu), with the same bits.
+    pub wgmma: bool,
     pub gemm: GemmTuning,
 }
 
 impl Default for KernelOptions {
     fn default() -> Self {
-        KernelOptions { overlap: true, gemm: GemmTuning::default() }
+        KernelOptions { overlap: true, wgmma: false, gemm: GemmTuning::default() }
     }
 }
 
@@ -208,7 +213,9 @@ impl Gpu {
         if major < 8 {
             return Err(GpuError::TooOld(major, minor));
         }
-        let module = ctx.load_module(Ptx::from_src(cached_ptx(&format!("sm_{major}{minor}"), cache_dir)?))?;
+        // sm_90 builds for sm_90a, whose warpgroup MMA the wgmma kernel needs; every other kernel is the same there.
+        let arch = if (major, minor) == (9, 0) { "sm_90a".to_string() } else { format!("sm_{major}{minor}") };
+        let module = ctx.load_module(Ptx::from_src(cached_ptx(&arch, cache_dir)?))?;
         let load = |name: &str| module.load_function(name);
         let f = Functions {
             embed_rows: load("embed_rows")?,
@@ -223,6 +230,10 @@ impl Gpu {
             gemm_t128: load("gemm_t128")?,
             gemm_t128_fold: load("gemm_t128_fold")?,
             gemm_t64: load("gemm_t64")?,
+            gemm_wg128: match options.wgmma && arch == "sm_90a" {
+                true => Some(load("gemm_wg128")?),
+                false => None,
+            },
             qkv_rope_store: load("qkv_rope_store")?,
             attention: [
                 load("attention_d32")?,
@@ -510,6 +521,23 @@ impl Gpu {
         // Narrow kernels: 16 warps, one per (8-column tile, segment); the tiled ones: 8 warps over 128 columns; the
         // untiled wide one: a warp per segment over 32 columns. All sum each element in the same order.
         let col_blocks = n.div_ceil(128);
+        if let (Some(wg), 17..) = (&self.f.gemm_wg128, m) {
+            let grid = (n.div_ceil(8).div_ceil(16), m.div_ceil(128), 1);
+            let dims = [m, n, k, segments].map(|v| Arg::Int(v as i32));
+            let args = [
+                Arg::Ptr(a),
+                Arg::Ptr(w),
+                Arg::Ptr(bias),
+                Arg::Ptr(c),
+                Arg::Ptr(act),
+                dims[0],
+                dims[1],
+                dims[2],
+                dims[3],
+            ];
+            // Two stages of two 32-wide chunks of 128 activation rows in bf16.
+            return self.launch(wg, grid, 256, 2 * 2 * 128 * 32 * 2, &args);
+        }
         let (func, grid, threads, smem) = match m {
             0..=8 => (&self.f.gemm_m8, (n.div_ceil(8 * 16 / segments), 1, 1), 512, RING_BYTES),
             9..=16 => (&self.f.gemm_m16, (n.div_ceil(8 * 16 / segments), 1, 1), 512, RING_BYTES),
