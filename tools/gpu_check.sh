@@ -45,6 +45,11 @@ status=0
 if [[ $RUN_TESTS == 1 ]]; then
     echo "== CUDA tests"
     "$TESTS" --test-threads 1 2>&1 | tee "$OUT_DIR/tests.txt" || status=1
+    # The GEMM kernels' own test binary, beside the engine's.
+    gemm_tests="$(dirname "$TESTS")/gemm-tests"
+    if [[ -x "$gemm_tests" ]]; then
+        "$gemm_tests" 2>&1 | tee -a "$OUT_DIR/tests.txt" || status=1
+    fi
 fi
 
 if [[ -n "$GGUF" ]]; then
