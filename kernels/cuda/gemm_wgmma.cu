@@ -57,12 +57,55 @@ __device__ __forceinline__ void wg_store(unsigned char* stage, const uint4* v, i
     *reinterpret_cast<uint4*>(base + WG_CHUNK_BYTES / 2 + 128) = s1j1;
 }
 
-// One block: 64 x WG_GROUPS weight rows (column tiles of the output) by WG_TOKENS activation rows.
+// One stage: two chunks of activations; WG_STAGES of them in shared memory, then with FOLD the running sums.
+#define WG_STAGES 3
+#define WG_STAGE_BYTES (2 * WG_CHUNK_BYTES)
+
+// Queues stage st's products: its activations in shared memory at `x`, its weight fragments in `wf`. Where a chunk
+// ends a K segment, waits for its products and adds their sum to the running one (FOLD).
+template <bool FOLD>
+__device__ __forceinline__ void wg_issue(float* acc, const uint4* wf, const unsigned char* x, int st, int kbs, int per,
+                                         int& left, float* running) {
+#pragma unroll
+    for (int ch = 0; ch < 2; ++ch) {
+        const int kb = 2 * st + ch;
+        if (kb >= kbs) break;
+        const uint4 l = wf[2 * ch], h = wf[2 * ch + 1];
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        wg_step(acc, l.x, h.x, l.y, h.y, wg_descriptor(x + ch * WG_CHUNK_BYTES));
+        wg_step(acc, l.z, h.z, l.w, h.w, wg_descriptor(x + ch * WG_CHUNK_BYTES + WG_CHUNK_BYTES / 2));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        if (FOLD && --left == 0) {
+            // A segment ends: its sum joins the running one, as sum_segments adds them.
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            const bool first = kb + 1 == per;
+            left = per;
+#pragma unroll
+            for (int j = 0; j < 64; ++j) {
+                float& r = running[j * WG_THREADS];
+                r = first ? acc[j] : r + acc[j];
+                acc[j] = 0.0f;
+            }
+        }
+    }
+}
+
+// Loads the weight fragments of stage st's chunks: tiles lo and hi of each.
+__device__ __forceinline__ void wg_weights(uint4* wf, const uint4* wlo, const uint4* whi, int st, int kbs) {
+#pragma unroll
+    for (int ch = 0; ch < 2; ++ch) {
+        const int kb = 2 * st + ch;
+        if (kb < kbs) wf[2 * ch] = load_weight(wlo + (u64)kb * 32), wf[2 * ch + 1] = load_weight(whi + (u64)kb * 32);
+    }
+}
+
+// One block: 64 x WG_GROUPS weight rows (column tiles of the output) by WG_TOKENS activation rows. Stage st's
+// products run while stage st + 1's activations are stored and stage st + 2's are loaded, with its weights.
 template <bool FOLD>
 __device__ void gemm_wg(const bf16* __restrict__ a, const bf16* __restrict__ w, const float* __restrict__ bias,
                         float* __restrict__ c, bf16* __restrict__ act, int m, int n, int k, int segments) {
     extern __shared__ __align__(128) unsigned char wg_smem[];
-    unsigned char* stage[2] = {wg_smem, wg_smem + 2 * WG_CHUNK_BYTES};
+    float* running = reinterpret_cast<float*>(wg_smem + WG_STAGES * WG_STAGE_BYTES) + threadIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int ntiles = (n + 7) / 8, kbs = k >> 5, per = kbs / segments;
     const int nb0 = blockIdx.x * (8 * WG_GROUPS), m0 = blockIdx.y * WG_TOKENS;
@@ -73,60 +116,54 @@ __device__ void gemm_wg(const bf16* __restrict__ a, const bf16* __restrict__ w, 
     wait_prior();
     start_next();
     const int stages = (kbs + 1) / 2;
-    uint4 v[4];
+    uint4 wf[WG_STAGES][4], v[4];
+    wg_weights(wf[0], wlo, whi, 0, kbs);
+    wg_weights(wf[1], wlo, whi, 1, kbs);
     wg_load(v, a, m0, m, k, 0, kbs);
-    wg_store(stage[0], v, 0, kbs);
+    wg_store(wg_smem, v, 0, kbs);
+    wg_load(v, a, m0, m, k, 2, kbs);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
-    float acc[64], run[FOLD ? 64 : 1];
+    float acc[64];
 #pragma unroll
     for (int j = 0; j < 64; ++j) acc[j] = 0.0f;
-    uint4 lo = load_weight(wlo), hi = load_weight(whi);
     int left = per;
-    for (int st = 0; st < stages; ++st) {
-        if (st + 1 < stages) wg_load(v, a, m0, m, k, 2 * (st + 1), kbs);
-        const unsigned char* cur = stage[st & 1];
-#pragma unroll
-        for (int ch = 0; ch < 2; ++ch) {
-            const int kb = 2 * st + ch;
-            if (kb >= kbs) break;
-            const uint4 l = lo, h = hi;
-            if (kb + 1 < kbs) lo = load_weight(wlo + (u64)(kb + 1) * 32), hi = load_weight(whi + (u64)(kb + 1) * 32);
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-            wg_step(acc, l.x, h.x, l.y, h.y, wg_descriptor(cur + ch * WG_CHUNK_BYTES));
-            wg_step(acc, l.z, h.z, l.w, h.w, wg_descriptor(cur + ch * WG_CHUNK_BYTES + WG_CHUNK_BYTES / 2));
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-            if (FOLD && --left == 0) {
-                // A segment ends: its sum joins the running one, as sum_segments adds them.
-                const bool first = kb + 1 == per;
-                left = per;
-#pragma unroll
-                for (int j = 0; j < 64; ++j) {
-                    run[FOLD ? j : 0] = first ? acc[j] : run[FOLD ? j : 0] + acc[j];
-                    acc[j] = 0.0f;
-                }
-            }
-        }
-        if (st + 1 < stages) {
-            // Every warpgroup has waited for its reads of the other buffer, two stages back, before the last barrier.
-            wg_store(stage[(st + 1) & 1], v, 2 * (st + 1), kbs);
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        }
-        __syncthreads();
+    // The slot of stage st is st % WG_STAGES; unrolled so every register index is fixed.
+#define WG_STAGE(S)                                                                                                   \
+    {                                                                                                                \
+        const int st = st0 + S;                                                                                      \
+        if (st < stages) {                                                                                           \
+            wg_issue<FOLD>(acc, wf[S], wg_smem + S * WG_STAGE_BYTES, st, kbs, per, left, running);                  \
+            /* Stage st - 1's products are done, so its weights and stage st - 2's slot are free. */                 \
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");                                        \
+            if (st + 2 < stages) wg_weights(wf[(S + 2) % WG_STAGES], wlo, whi, st + 2, kbs);                           \
+            if (st + 1 < stages) {                                                                                   \
+                wg_store(wg_smem + ((S + 1) % WG_STAGES) * WG_STAGE_BYTES, v, 2 * (st + 1), kbs);                   \
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");                                      \
+            }                                                                                                        \
+            if (st + 2 < stages) wg_load(v, a, m0, m, k, 2 * (st + 2), kbs);                                         \
+            __syncthreads();                                                                                         \
+        }                                                                                                            \
     }
+    for (int st0 = 0; st0 < stages; st0 += WG_STAGES) {
+        WG_STAGE(0)
+        WG_STAGE(1)
+        WG_STAGE(2)
+    }
+#undef WG_STAGE
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     // Element j: weight row g + 8 ((j / 2) % 2) of the warp's 16, activation row 8 (j / 4) + 2 q + j % 2.
 #pragma unroll
     for (int j = 0; j < 64; ++j) {
         const int hr = (j >> 1) & 1, tok = m0 + 8 * (j >> 2) + 2 * q + (j & 1);
         const int col = (hr ? nb_hi : nb_lo) * 8 + g;
         if (tok >= m || col >= n) continue;
-        const float s = FOLD ? run[FOLD ? j : 0] : acc[j];
+        const float s = FOLD ? running[j * WG_THREADS] : acc[j];
         const float v0 = bias ? s + bias[col] : s;
         if (act) {
             // The gate (rows 0..7) and up (rows 8..15) of act column nb_lo / 2 * 8 + g sit in one thread.
             if (hr) continue;
-            const float u = FOLD ? run[FOLD ? j + 2 : 0] : acc[j + 2];
+            const float u = FOLD ? running[(j + 2) * WG_THREADS] : acc[j + 2];
             const float v1 = bias ? u + bias[col + 8] : u;
             act[(u64)tok * (n / 2) + (nb_lo / 2) * 8 + g] = silu_mul(v0, v1);
             continue;

@@ -86,6 +86,10 @@ const fn tiled_smem(rows: u32, fold: bool) -> u32 {
     stages * 2 * (rows + 128) * 64 + if fold { rows * 128 * 4 } else { 0 }
 }
 
+/// Dynamic shared memory of a wgmma GEMM block (gemm_wgmma.cu): 3 stages of two 32-wide chunks of 128 activation
+/// rows in bf16, then one float per output of the block for the segment sums.
+const WGMMA_SMEM: u32 = 3 * 2 * 128 * 32 * 2 + 128 * 128 * 4;
+
 /// Tiled GEMM blocks below which the 64-row tiles run instead of the 128-row ones: two per SM of a large GPU.
 const TILED_WIDE_BLOCKS: usize = 264;
 
@@ -254,6 +258,9 @@ impl Gpu {
         f.gemm_t128.set_attribute(attr, tiled_smem(128, false) as i32)?;
         f.gemm_t128_fold.set_attribute(attr, tiled_smem(128, true) as i32)?;
         f.gemm_t64.set_attribute(attr, tiled_smem(64, true) as i32)?;
+        if let Some(wg) = &f.gemm_wg128 {
+            wg.set_attribute(attr, WGMMA_SMEM as i32)?;
+        }
         for (func, d) in f.attention.iter().zip(HEAD_DIMS) {
             func.set_attribute(attr, attention::attention_smem(d) as i32)?;
         }
@@ -535,8 +542,7 @@ impl Gpu {
                 dims[2],
                 dims[3],
             ];
-            // Two stages of two 32-wide chunks of 128 activation rows in bf16.
-            return self.launch(wg, grid, 256, 2 * 2 * 128 * 32 * 2, &args);
+            return self.launch(wg, grid, 256, WGMMA_SMEM, &args);
         }
         let (func, grid, threads, smem) = match m {
             0..=8 => (&self.f.gemm_m8, (n.div_ceil(8 * 16 / segments), 1, 1), 512, RING_BYTES),
