@@ -9,7 +9,7 @@ use actix::Addr;
 use anyhow::{bail, Context, Result};
 use tensorfold_actors::device::DeviceActor;
 use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
-use tensorfold_engine::boundary::Engine;
+use tensorfold_engine::boundary::{Engine, KvPool};
 use tensorfold_engine::fetch::Fetcher;
 use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};
 use tensorfold_engine::llama::config::ModelConfig;
@@ -166,11 +166,20 @@ pub fn load(settings: &Settings, sizing: Sizing, memory_limit: Option<usize>) ->
 
 /// One lane driven straight through the engine, with room for `capacity` positions on the model's device.
 pub fn sequence(model: &mut Loaded, capacity: usize) -> Result<Sequence<Box<dyn Engine + '_>>> {
+    let (engine, pool) = engine_and_pool(model, capacity.div_ceil(PAGE_TOKENS).max(1))?;
+    Ok(Sequence::with_pool(engine, pool))
+}
+
+/// The model's engine and a KV pool of `num_pages` pages of `PAGE_TOKENS` where the model runs.
+pub fn engine_and_pool(model: &mut Loaded, num_pages: usize) -> Result<(Box<dyn Engine + '_>, KvPool)> {
     Ok(match model {
-        Loaded::Cpu(m) => Sequence::new(Box::new(&m.llama), capacity),
+        Loaded::Cpu(m) => {
+            let pool = KvPool::new(m.llama.kv_layout(PAGE_TOKENS), num_pages);
+            (Box::new(&m.llama), pool)
+        }
         Loaded::Cuda(dev, m) => {
-            let pool = dev.kv_pool(&m.llama, PAGE_TOKENS, capacity.div_ceil(PAGE_TOKENS).max(1))?;
-            Sequence::with_pool(Box::new(&mut m.llama), pool)
+            let pool = dev.kv_pool(&m.llama, PAGE_TOKENS, num_pages)?;
+            (Box::new(&mut m.llama), pool)
         }
     })
 }

@@ -95,6 +95,20 @@ fn test_bench_decodes_after_a_given_context_and_refuses_one_past_the_model() {
     assert!(stderr.contains("--decode-after") && !stderr.contains("panicked"), "{stderr}");
 }
 
+#[test]
+fn test_bench_decodes_lanes_side_by_side_and_refuses_none() {
+    let args = ["bench", "--prompt-tokens", "8", "--decode-tokens", "3", "--decode-after", "20", "--repeats", "1"];
+    let out = tensorfold(&[&args[..], &["--lanes", "3"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("one JSON line");
+    assert_eq!(line["lanes"], 3);
+    assert!(line["decode_tok_s"].as_f64().is_some_and(|r| r > 0.0), "{line}");
+    let out = tensorfold(&[&args[..], &["--lanes", "0"]].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--lanes") && !stderr.contains("panicked"), "{stderr}");
+}
+
 /// Runs the binary as given, with extra environment variables.
 fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorfold"));

@@ -5,12 +5,13 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use tensorfold_engine::boundary::Logits;
+use tensorfold_engine::boundary::{Engine, KvPool, LaneStep, Logits};
+use tensorfold_engine::generate::PAGE_TOKENS;
 use tensorfold_engine::llama::cuda::Sizing;
 
 use crate::settings::cli::MODEL;
 use crate::settings::{Settings, TableArgs};
-use crate::wiring::{load, sequence};
+use crate::wiring::{engine_and_pool, load, sequence};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -28,6 +29,10 @@ pub struct BenchArgs {
     /// Times each measurement is repeated; the best is reported.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
+    /// Lanes decoding side by side in each round, every one after `--decode-after` tokens of its own context;
+    /// decode tok/s then counts the tokens of every lane.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
+    lanes: u64,
 }
 
 #[derive(Args)]
@@ -43,9 +48,10 @@ pub struct LogitsArgs {
 }
 
 pub fn bench(args: BenchArgs, settings: &Settings) -> Result<()> {
+    let lanes = args.lanes as usize;
     let sizing = Sizing {
-        max_tokens: args.prompt_tokens.max(1),
-        max_lanes: 1,
+        max_tokens: args.prompt_tokens.max(lanes),
+        max_lanes: lanes,
         context: args.prompt_tokens.max(args.decode_after) + args.decode_tokens + 2,
     };
     let mut model = load(settings, sizing, None)?;
@@ -66,6 +72,14 @@ pub fn bench(args: BenchArgs, settings: &Settings) -> Result<()> {
         seq.extend(&prompt, args.prompt_tokens, Logits::Last)?;
         best_pp = best_pp.max(args.prompt_tokens as f64 / t.elapsed().as_secs_f64());
         drop(seq);
+        if lanes > 1 {
+            let per_lane = (context.len() + args.decode_tokens + 1).div_ceil(PAGE_TOKENS);
+            let (mut engine, mut pool) = engine_and_pool(&mut model, lanes * per_lane)?;
+            let seconds =
+                decode_lanes(&mut *engine, &mut pool, &context, args.prompt_tokens, args.decode_tokens, lanes)?;
+            best_tg = best_tg.max((lanes * args.decode_tokens) as f64 / seconds);
+            continue;
+        }
         let mut seq = sequence(&mut model, context.len() + args.decode_tokens + 1)?;
         seq.extend(&context, args.prompt_tokens.max(1), Logits::Last)?;
         let t = Instant::now();
@@ -75,13 +89,45 @@ pub fn bench(args: BenchArgs, settings: &Settings) -> Result<()> {
         best_tg = best_tg.max(args.decode_tokens as f64 / t.elapsed().as_secs_f64());
     }
     println!(
-        "{{\"threads\": {}, \"prompt_tokens\": {}, \"prompt_tok_s\": {best_pp:.2}, \"decode_tokens\": {}, \"decode_after\": {}, \"decode_tok_s\": {best_tg:.2}}}",
+        "{{\"threads\": {}, \"prompt_tokens\": {}, \"prompt_tok_s\": {best_pp:.2}, \"decode_tokens\": {}, \"decode_after\": {}, \"lanes\": {lanes}, \"decode_tok_s\": {best_tg:.2}}}",
         rayon::current_num_threads(),
         args.prompt_tokens,
         args.decode_tokens,
         args.decode_after
     );
     Ok(())
+}
+
+/// Prefills `context` into each of `lanes` lanes in chunks of `chunk`, then times `steps` rounds in which every lane
+/// decodes one token (greedy picks, as the server's greedy lanes take them); returns the rounds' seconds.
+fn decode_lanes(
+    engine: &mut dyn Engine,
+    pool: &mut KvPool,
+    context: &[u32],
+    chunk: usize,
+    steps: usize,
+    lanes: usize,
+) -> Result<f64> {
+    let per_lane = pool.num_pages() / lanes;
+    let pages: Vec<Vec<u32>> =
+        (0..lanes).map(|l| (0..per_lane as u32).map(|p| (l * per_lane) as u32 + p).collect()).collect();
+    for lane in &pages {
+        for start in (0..context.len()).step_by(chunk.max(1)) {
+            let tokens = &context[start..(start + chunk.max(1)).min(context.len())];
+            let step = LaneStep { tokens, start_pos: start, pages: lane, logits: Logits::None };
+            engine.forward(pool, &[step])?;
+        }
+    }
+    let t = Instant::now();
+    for i in 0..steps {
+        let token = [context[i % context.len()]];
+        let round: Vec<LaneStep> = pages
+            .iter()
+            .map(|lane| LaneStep { tokens: &token, start_pos: context.len() + i, pages: lane, logits: Logits::Argmax })
+            .collect();
+        engine.forward(pool, &round)?;
+    }
+    Ok(t.elapsed().as_secs_f64())
 }
 
 #[derive(serde::Deserialize)]
