@@ -69,7 +69,7 @@ impl CudaDevice {
     /// A KV pool of `num_pages` pages on the GPU, for driving an engine directly (tools and tests).
     pub fn kv_pool(&self, engine: &dyn Engine, page_tokens: usize, num_pages: usize) -> Result<KvPool, LedgerError> {
         let layout = engine.kv_layout(page_tokens);
-        let bytes = num_pages * layout.page_bytes() / 2;
+        let bytes = layout.buffer_bytes(num_pages);
         let keys = self.allocate(MemoryKind::KvCache, bytes)?;
         let values = self.allocate(MemoryKind::KvCache, bytes)?;
         let ptrs = [keys.ptr().0, values.ptr().0];

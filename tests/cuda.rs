@@ -252,7 +252,7 @@ fn test_a_graph_is_not_replayed_on_a_pool_with_other_values() {
     let mut first = dev.kv_pool(&model, PAGE_TOKENS, 8).unwrap();
     let [keys, _] = first.device_ptrs().unwrap();
     let layout = model.kv_layout(PAGE_TOKENS);
-    let values = dev.allocate(MemoryKind::KvCache, 8 * layout.page_bytes() / 2).unwrap();
+    let values = dev.allocate(MemoryKind::KvCache, layout.buffer_bytes(8)).unwrap();
     let owner = dev.allocate(MemoryKind::KvCache, 4).unwrap();
     let ptrs = [keys, values.ptr().0];
     let mut second = KvPool::on_device(layout, 8, Box::new(owner), Box::new(values), ptrs);

@@ -164,7 +164,7 @@ impl Runtime {
                 }
                 (None, None) => (cfg.schedule.parallel * m.context.min(2048)).max(m.context).div_ceil(cfg.page_tokens),
             };
-            let bytes = num_pages * page_bytes / 2;
+            let bytes = layout.buffer_bytes(num_pages);
             let keys = device.send(Allocate { kind: MemoryKind::KvCache, bytes }).await.map_err(gone)??;
             let values = device.send(Allocate { kind: MemoryKind::KvCache, bytes }).await.map_err(gone)??;
             let pool = match keys.is_host_addressable() {

@@ -35,7 +35,7 @@ __device__ __forceinline__ void wg_step(float* d, u32 a0, u32 a1, u32 a2, u32 a3
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
 }
 
-// Loads this thread's chunk row of activations (row WG_TOKENS-th of its chunk) into registers.
+// Loads this thread's row of activations (row threadIdx % WG_TOKENS of chunk threadIdx / WG_TOKENS) into registers.
 __device__ __forceinline__ void wg_load(uint4* v, const bf16* a, int m0, int m, int k, int kb, int kbs) {
     const int row = threadIdx.x % WG_TOKENS, c = threadIdx.x / WG_TOKENS;
     if (kb + c >= kbs) return;

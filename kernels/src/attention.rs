@@ -30,6 +30,10 @@ impl KvLayout {
     pub fn page_elems(&self) -> usize {
         self.num_layers * self.page_tokens * self.kv_dim()
     }
+    /// Bytes of the keys' (or the values') buffer of `num_pages` pages.
+    pub fn buffer_bytes(&self, num_pages: usize) -> usize {
+        num_pages * self.page_elems() * self.elem_bytes
+    }
 }
 
 /// Memory the pool lives in: a plain vector, or an allocation made through the runtime's ledger.
@@ -143,6 +147,7 @@ mod tests {
         assert_eq!(f32_layout.page_elems(), 3 * 16 * 128);
         assert_eq!(f32_layout.page_bytes(), 2 * 4 * f32_layout.page_elems());
         assert_eq!(bf16_layout.page_bytes(), f32_layout.page_bytes() / 2);
+        assert_eq!(bf16_layout.buffer_bytes(5), 5 * bf16_layout.page_bytes() / 2);
     }
 
     #[test]

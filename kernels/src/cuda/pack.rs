@@ -3,7 +3,7 @@
 
 use cudarc::driver::{result, CudaEvent};
 
-use super::{Arg, DevPtr, Gpu, GpuError};
+use super::{packed_index, Arg, DevPtr, Gpu, GpuError};
 
 /// Where the rows of one weight land among the rows of a packed matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,11 +35,8 @@ impl PackPlace {
 
 /// The 16-byte vector of the packed matrix that vector `v` of rows `row0..` (k values each) lands on: pack.cu's formula.
 pub fn packed_vector(place: PackPlace, row0: usize, k: usize, v: usize) -> usize {
-    let (base, stride) = place.base_stride();
     let per_row = k / 8;
-    let (r, i) = (row0 + v / per_row, (v % per_row) * 8);
-    let dest = base + (r / 8) * stride + r % 8;
-    (((dest / 8) * (k / 32) + i / 32) * 256 + (dest % 8) * 32 + i % 32) / 8
+    packed_index(place.dest_row(row0 + v / per_row), (v % per_row) * 8, k) / 8
 }
 
 /// A point in the stream's queued work, to wait for from the host.
@@ -92,7 +89,7 @@ impl Gpu {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuda::{gate_up_order, packed_index};
+    use crate::cuda::gate_up_order;
 
     /// Checks every vector of rows `row0..row0 + rows` against `packed_index` at the row `dest(r)`.
     fn check(place: PackPlace, row0: usize, rows: usize, k: usize, dest: impl Fn(usize) -> usize) {
