@@ -148,9 +148,16 @@ __device__ void gemm_narrow(const bf16* __restrict__ a, const bf16* __restrict__
 }
 
 // Rounds of tens of rows: one warp per segment over a tile of 64 rows by 32 columns, for grids too small to tile.
+// Each lane streams its own 16 bytes of every operand of a chunk through a ring of R stages in shared memory, so
+// R - 1 chunks per warp are in flight; a lane reads back only what it copied, so the ring needs no barrier.
+#define WIDE_MT 4
+#define WIDE_NSUB 4
+#define WIDE_STAGE ((WIDE_NSUB + 2 * WIDE_MT) * 32)
+template <int R>
 __device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w, const float* __restrict__ bias,
                           float* __restrict__ c, bf16* __restrict__ act, int m, int n, int k, int segments) {
-    constexpr int MT = 4, NSUB = 4;
+    constexpr int MT = WIDE_MT, NSUB = WIDE_NSUB;
+    extern __shared__ uint4 ring[];
     __shared__ float red[MT * 16][NSUB * 8 + 1];
     wait_prior();
     start_next();
@@ -168,26 +175,48 @@ __device__ void gemm_wide(const bf16* __restrict__ a, const bf16* __restrict__ w
 #pragma unroll
     for (int j = 0; j < NSUB; ++j)
         wp[j] = reinterpret_cast<const uint4*>(w) + ((u64)min(nb0 + j, (n - 1) / 8) * kbs + warp * per) * 32 + lane;
-    const bf16* arow[MT][2];
+    const uint4* arow[MT][2];
 #pragma unroll
     for (int t = 0; t < MT; ++t)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) arow[t][h] = a + (u64)min(m0 + t * 16 + g + 8 * h, m - 1) * k + 8 * q;
+        for (int h = 0; h < 2; ++h)
+            arow[t][h] = reinterpret_cast<const uint4*>(a + (u64)min(m0 + t * 16 + g + 8 * h, m - 1) * k + warp * per * 32 + 8 * q);
+    uint4* slots = ring + warp * R * WIDE_STAGE + lane;
+    // Queues chunk i of this warp's segment into its stage (i % R): the weight tiles, then rows g and g + 8 of each
+    // row tile.
+    auto issue = [&](int i) {
+        if (i < per) {
+            uint4* s = slots + (i % R) * WIDE_STAGE;
+#pragma unroll
+            for (int j = 0; j < NSUB; ++j) copy16_async(s + j * 32, wp[j] + (u64)i * 32);
+#pragma unroll
+            for (int t = 0; t < MT; ++t)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) copy16_async(s + (NSUB + 2 * t + h) * 32, arow[t][h] + i * 4);
+        }
+        async_commit();
+    };
+#pragma unroll
+    for (int i = 0; i < R - 1; ++i) issue(i);
     for (int i = 0; i < per; ++i) {
-        const int kb = warp * per + i;
+        // Refill the stage read in the last step, then wait for this step's.
+        issue(i + R - 1);
+        async_wait<R - 1>();
+        const uint4* s = slots + (i % R) * WIDE_STAGE;
         uint4 b[NSUB], lo[MT], hi[MT];
 #pragma unroll
-        for (int j = 0; j < NSUB; ++j) b[j] = load_weight(wp[j] + (u64)i * 32);
+        for (int j = 0; j < NSUB; ++j) b[j] = s[j * 32];
 #pragma unroll
         for (int t = 0; t < MT; ++t) {
-            lo[t] = load16(arow[t][0] + kb * 32);
-            hi[t] = load16(arow[t][1] + kb * 32);
+            lo[t] = s[(NSUB + 2 * t) * 32];
+            hi[t] = s[(NSUB + 2 * t + 1) * 32];
         }
 #pragma unroll
         for (int t = 0; t < MT; ++t)
 #pragma unroll
             for (int j = 0; j < NSUB; ++j) chunk_mma(acc[t][j], lo[t], hi[t], b[j]);
     }
+    async_wait<0>();
     // Segment sums are added in segment order, as sum_segments adds them.
     for (int s = 0; s < segments; ++s) {
         if (warp == s) {
@@ -236,7 +265,12 @@ extern "C" __global__ void __launch_bounds__(512, 2) gemm_norm_m8(const float* x
     gemm_narrow<false, GEMM_RING, 4, true>(nullptr, w, bias, c, act, m, n, k, segments, NormIn{x, delta, nw, x_out, eps});
 }
 
-extern "C" __global__ void __launch_bounds__(512) gemm_m64(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments) {
-    gemm_wide(a, w, bias, c, act, m, n, k, segments);
+// Three stages a warp; two where the host asks (16 segments, or grids of several blocks an SM).
+extern "C" __global__ void __launch_bounds__(256) gemm_m64(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments) {
+    gemm_wide<3>(a, w, bias, c, act, m, n, k, segments);
+}
+
+extern "C" __global__ void __launch_bounds__(512) gemm_m64_r2(const bf16* a, const bf16* w, const float* bias, float* c, bf16* act, int m, int n, int k, int segments) {
+    gemm_wide<2>(a, w, bias, c, act, m, n, k, segments);
 }
 

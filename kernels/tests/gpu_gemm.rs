@@ -59,7 +59,8 @@ fn rows_match_the_one_row_kernel(options: KernelOptions) {
     // Row counts that reach the 8- and 16-row kernels, the untiled wide one and the 64- and 128-row tiles.
     let batches = [5, 12, 40, 130, 300];
     // One K segment and several (the 128-row tiles with and without the fold), and a width that is not a tile's.
-    for (n, k) in [(12288, 256), (12288, 2048), (1000, 2048)] {
+    // Then 8 and 16 segments, where the untiled wide kernel takes every batch over 16 rows.
+    for (n, k) in [(12288, 256), (12288, 2048), (1000, 2048), (1024, 4096), (1024, 8192)] {
         eprintln!("{n} x {k}: {} K segments", gemm_segments(n, k, GemmTuning::default()));
         let m = *batches.last().unwrap();
         let a = values(&mut rng, m * k);

@@ -14,6 +14,22 @@ const fn tiled_smem(rows: u32, fold: bool) -> u32 {
     stages * 2 * (rows + 128) * 64 + if fold { rows * 128 * 4 } else { 0 }
 }
 
+/// Stages of an untiled wide GEMM block's rings (gemm_wide in gemm.cu): three up to 8 segments and 64 rows; two
+/// with 16 segments, to fit an SM, and over 64 rows, where the grid has several blocks an SM to keep resident.
+const fn wide_stages(m: usize, segments: usize) -> usize {
+    if segments > 8 || m > 64 {
+        2
+    } else {
+        3
+    }
+}
+
+/// Dynamic shared memory of an untiled wide GEMM block: per warp (one per segment), a ring of `stages` stages of 4
+/// weight tiles and 8 activation rows, 16 bytes a lane each.
+const fn wide_smem(segments: usize, stages: usize) -> u32 {
+    (segments * stages * 12 * 32 * 16) as u32
+}
+
 /// Dynamic shared memory of a wgmma GEMM block (gemm_wgmma.cu): 3 stages of two 32-wide chunks of 128 activation
 /// rows in bf16, then one float per output of the block for the segment sums.
 const WGMMA_SMEM: u32 = 3 * 2 * 128 * 32 * 2 + 128 * 128 * 4;
@@ -48,6 +64,8 @@ pub(super) fn allow_shared_memory(f: &Functions) -> Result<(), GpuError> {
     f.gemm_t128.set_attribute(attr, tiled_smem(128, false) as i32)?;
     f.gemm_t128_fold.set_attribute(attr, tiled_smem(128, true) as i32)?;
     f.gemm_t64.set_attribute(attr, tiled_smem(64, true) as i32)?;
+    f.gemm_m64.set_attribute(attr, wide_smem(8, 3) as i32)?;
+    f.gemm_m64_r2.set_attribute(attr, wide_smem(16, 2) as i32)?;
     if let Some(wg) = &f.gemm_wg128 {
         wg.set_attribute(attr, WGMMA_SMEM as i32)?;
     }
@@ -133,7 +151,11 @@ impl Gpu {
             _ if m.div_ceil(64) * col_blocks >= TILED_MIN_BLOCKS => {
                 (&self.f.gemm_t64, (m.div_ceil(64) * col_blocks, 1, 1), 256, tiled_smem(64, true))
             }
-            _ => (&self.f.gemm_m64, (n.div_ceil(32), m.div_ceil(64), 1), 32 * segments as u32, 0),
+            _ => {
+                let stages = wide_stages(m, segments);
+                let func = if stages == 2 { &self.f.gemm_m64_r2 } else { &self.f.gemm_m64 };
+                (func, (n.div_ceil(32), m.div_ceil(64), 1), 32 * segments as u32, wide_smem(segments, stages))
+            }
         };
         let dims = [m, n, k, segments].map(|v| Arg::Int(v as i32));
         let tail = [Arg::Ptr(w), Arg::Ptr(bias), Arg::Ptr(c), Arg::Ptr(act), dims[0], dims[1], dims[2], dims[3]];
