@@ -301,7 +301,7 @@ def server_measurements(args, rec, port):
     rates = [x["decode_tok_s"] for x in singles if x["decode_tok_s"]]
     rec.set("single", {"runs": singles, "decode_tok_s": max(rates) if rates else None})
     for n in args.streams:
-        prompts = random_prompts(args, n, PROMPT_IDS, seed + 100 * n)
+        prompts = random_prompts(args, n, args.stream_prompt, seed + 100 * n)
         summary = stream_summary(*run_streams(port, prompts, args.stream_tokens, timeout))
         rec.set(f"streams_{n}", summary)
         tok_s, cpu = summary["total_tok_s"] or 0, summary["client_cpu_share"]
@@ -366,7 +366,7 @@ def phase_peer(args, rec):
     log("peer", f"batch 1: {rate:.1f} tok/s decode")
     for n in args.streams:
         try:
-            prompts = random_prompts(args, n, PROMPT_IDS, seed + 100 * n)
+            prompts = random_prompts(args, n, args.stream_prompt, seed + 100 * n)
             generate(prompts, 2)
             wall = generate(prompts, args.stream_tokens)
             rec.set(f"streams_{n}", {"total_tok_s": n * args.stream_tokens / wall, "wall_s": wall})
@@ -583,6 +583,7 @@ def main():
     p.add_argument("--peer-device", default="cuda", help="where transformers runs")
     p.add_argument("--single-tokens", type=int, default=256, help="output tokens of the batch-1 decode run")
     p.add_argument("--stream-tokens", type=int, default=128, help="output tokens of each concurrent stream")
+    p.add_argument("--stream-prompt", type=int, default=PROMPT_IDS, help="prompt tokens of each concurrent stream")
     p.add_argument("--long-prompt", type=int, default=8192, help="prompt tokens of the cold TTFT runs")
     p.set_defaults(run=cmd_run)
     p = sub.add_parser("phase", help="one phase, as run starts it")

@@ -3,7 +3,7 @@
 #
 # Usage: bash tools/gpu_check.sh [--shape llama-3.1-8b] [--layers N] [--binary .device/tensorfold]
 #                                [--tests .device/cuda-tests] [--out DIR] [--work DIR] [--gguf FILE] [--no-tests]
-#                                [--selfcheck]
+#                                [--selfcheck] [--steps N]
 # Build first (here, with cargo): the release binary, and `cargo test --release --test cuda --no-run`'s binary.
 # --gguf FILE checks a trained GGUF model (e.g. the default model) on chat prompts instead of a seeded checkpoint;
 # transformers reads it with the `gguf` package.
@@ -22,6 +22,7 @@ WORK="${TMPDIR:-/tmp}/tensorfold-check"
 GGUF=""
 RUN_TESTS=1
 SELFCHECK=0
+STEPS=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --shape) SHAPE="$2"; shift 2 ;;
@@ -33,6 +34,7 @@ while [[ $# -gt 0 ]]; do
         --gguf) GGUF="$2"; shift 2 ;;
         --no-tests) RUN_TESTS=0; shift ;;
         --selfcheck) SELFCHECK=1; shift ;;
+        --steps) STEPS=(--steps "$2"); shift 2 ;;
         -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
@@ -54,14 +56,14 @@ fi
 
 if [[ -n "$GGUF" ]]; then
     CKPT="$GGUF"
-    "$PY" tools/gpu_reference.py prompts --texts --model "$CKPT" --out "$WORK/prompts.json" || exit 1
+    "$PY" tools/gpu_reference.py prompts --texts --model "$CKPT" --out "$WORK/prompts.json" ${STEPS[@]+"${STEPS[@]}"} || exit 1
 else
     CKPT="$WORK/${SHAPE}${LAYERS:+-l$LAYERS}"
     echo "== checkpoint $CKPT"
     if [[ ! -f "$CKPT/config.json" ]]; then
         "$PY" tools/make_checkpoint.py --shape "$SHAPE" ${LAYERS:+--layers "$LAYERS"} --out "$CKPT" || exit 1
     fi
-    "$PY" tools/gpu_reference.py prompts --model "$CKPT" --seed 0 --out "$WORK/prompts.json" || exit 1
+    "$PY" tools/gpu_reference.py prompts --model "$CKPT" --seed 0 --out "$WORK/prompts.json" ${STEPS[@]+"${STEPS[@]}"} || exit 1
 fi
 echo "== ours"
 "$BINARY" logits --model "$CKPT" --device cuda --prompts "$WORK/prompts.json" --out "$WORK/ours" 2>&1 | tail -5 || status=1

@@ -5,7 +5,7 @@
 # Each binary runs `tensorfold bench`: a 512-token prompt, then 32 tokens decoded from --after tokens of context
 # (default 576) in each of --lanes lanes (default 1) side by side, with CUDA graphs off so ncu sees each launch.
 # ncu skips --skip launches (default 1000: both prefills; more lanes prefill more, so raise it with them) and
-# times the next --count (default 300, about a token and a half), with clocks unlocked.
+# times the next --count (default 300, about a token and a half), with clocks unlocked; only whole decode rounds count.
 # Writes OUT/NAME.csv and OUT/NAME.txt (per kernel: launches, total and mean microseconds, DRAM throughput).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,5 +39,5 @@ for binary in "${BINARIES[@]}"; do
         --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
         "$binary" bench --model "$CKPT" --device cuda --prompt-tokens 512 --decode-tokens 32 \
         --decode-after "$AFTER" --lanes "$LANES" --repeats 1 > "$OUT_DIR/$name.csv" 2> "$OUT_DIR/$name.log"
-    python3 tools/ncu_summary.py "$OUT_DIR/$name.csv" | tee "$OUT_DIR/$name.txt"
+    python3 tools/ncu_summary.py --rounds "$OUT_DIR/$name.csv" | tee "$OUT_DIR/$name.txt"
 done

@@ -98,7 +98,7 @@ pub fn bench(args: BenchArgs, settings: &Settings) -> Result<()> {
     Ok(())
 }
 
-/// Prefills `context` into each of `lanes` lanes in chunks of `chunk`, then times `steps` rounds in which every lane
+/// Prefills `context` into each of `lanes` lanes in rounds of up to `chunk` tokens, then times `steps` rounds in which every lane
 /// decodes one token (greedy picks, as the server's greedy lanes take them); returns the rounds' seconds.
 fn decode_lanes(
     engine: &mut dyn Engine,
@@ -111,11 +111,16 @@ fn decode_lanes(
     let per_lane = pool.num_pages() / lanes;
     let pages: Vec<Vec<u32>> =
         (0..lanes).map(|l| (0..per_lane as u32).map(|p| (l * per_lane) as u32 + p).collect()).collect();
-    for lane in &pages {
-        for start in (0..context.len()).step_by(chunk.max(1)) {
-            let tokens = &context[start..(start + chunk.max(1)).min(context.len())];
-            let step = LaneStep { tokens, start_pos: start, pages: lane, logits: Logits::None };
-            engine.forward(pool, &[step])?;
+    let chunk = chunk.max(1);
+    // The lanes' prompts go in rounds of up to `chunk` tokens, each lane's chunks in order, as the server packs them.
+    for start in (0..context.len()).step_by(chunk) {
+        let tokens = &context[start..(start + chunk).min(context.len())];
+        for group in pages.chunks((chunk / tokens.len()).max(1)) {
+            let round: Vec<LaneStep> = group
+                .iter()
+                .map(|lane| LaneStep { tokens, start_pos: start, pages: lane, logits: Logits::None })
+                .collect();
+            engine.forward(pool, &round)?;
         }
     }
     let t = Instant::now();
