@@ -479,6 +479,10 @@ impl TextDecoder for Ids {
 }
 
 fn request(prompt: Vec<u32>, seed: u64) -> ValidRequest {
+    cached_request(prompt, seed, false)
+}
+
+fn cached_request(prompt: Vec<u32>, seed: u64, cache: bool) -> ValidRequest {
     let sampling =
         SamplingParams { temperature: 0.9, top_k: 50, top_p: 0.95, min_p: 0.0, repetition_penalty: 1.0, seed };
     let work = TokenWork {
@@ -488,6 +492,7 @@ fn request(prompt: Vec<u32>, seed: u64) -> ValidRequest {
         stop_ids: Vec::new(),
         stop_strings: Vec::new(),
         logprobs: None,
+        cache,
         output: Output::Text(Box::new(Ids)),
     };
     ValidRequest { model: "qwen2".into(), work: Work::Tokens(work) }
@@ -507,11 +512,10 @@ async fn collect(runtime: &Runtime, req: ValidRequest) -> Vec<u32> {
     ids
 }
 
-#[actix::test]
-async fn test_the_runtime_on_cuda_gives_each_request_its_solo_tokens_among_others() {
-    let Some(dev) = gpu() else { return };
+/// The runtime over a seeded Qwen2 checkpoint on the GPU, with a prefix cache of `cache_tokens` positions.
+async fn cuda_runtime(dev: &CudaDevice, cache_tokens: usize) -> Runtime {
     let dir = checkpoint("qwen2", 30);
-    let model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 8, context: 512 });
+    let model = load(dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 8, context: 512 });
     let spec = ModelSpec {
         name: "qwen2".into(),
         kind: ModelKind::Tokens { engine: Box::new(model), codec: None },
@@ -524,8 +528,43 @@ async fn test_the_runtime_on_cuda_gives_each_request_its_solo_tokens_among_other
         kv_pages: Some(512),
         memory_limit: None,
         schedule: Schedule { round_tokens: 64, parallel: 8, max_waiting: 64 },
+        prefix_cache_tokens: cache_tokens,
     };
-    let runtime = Runtime::start_on(dev.device.clone(), vec![spec], cfg).await.unwrap();
+    Runtime::start_on(dev.device.clone(), vec![spec], cfg).await.unwrap()
+}
+
+#[actix::test]
+async fn test_on_cuda_a_prompt_resumed_from_cached_pages_gives_its_fresh_tokens() {
+    let Some(dev) = gpu() else { return };
+    let runtime = Arc::new(cuda_runtime(&dev, 1 << 16).await);
+    let mut rng = Rng(57);
+    let shared = tokens(&mut rng, 3 * PAGE_TOKENS + 3);
+    // Tails after one, two or three shared pages, so prompts resume at each page boundary.
+    let prompts: Vec<Vec<u32>> =
+        (0..9).map(|i| [&shared[..PAGE_TOKENS * (1 + i % 3)], &tokens(&mut rng, 4 + 5 * i)[..]].concat()).collect();
+    let mut fresh = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        fresh.push(collect(&runtime, cached_request(p.clone(), i as u64, false)).await);
+    }
+    for (i, p) in prompts.iter().enumerate() {
+        let resumed = collect(&runtime, cached_request(p.clone(), i as u64, true)).await;
+        assert_eq!(resumed, fresh[i], "prompt {i} resumed alone");
+    }
+    let handles: Vec<_> = (prompts.iter().enumerate())
+        .map(|(i, p)| {
+            let (rt, req) = (runtime.clone(), cached_request(p.clone(), i as u64, true));
+            actix::spawn(async move { collect(&rt, req).await })
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        assert_eq!(h.await.unwrap(), fresh[i], "prompt {i} resumed among others");
+    }
+}
+
+#[actix::test]
+async fn test_the_runtime_on_cuda_gives_each_request_its_solo_tokens_among_others() {
+    let Some(dev) = gpu() else { return };
+    let runtime = cuda_runtime(&dev, 0).await;
     let mut rng = Rng(31);
     let prompts: Vec<Vec<u32>> = (0..12).map(|i| tokens(&mut rng, 5 + 17 * i)).collect();
     let mut solo = Vec::new();

@@ -82,9 +82,9 @@ async fn start(l: &Loaded) -> Runtime {
         },
     ];
     let schedule = Schedule { round_tokens: 64, parallel: 8, max_waiting: 64 };
-    Runtime::start(models, RuntimeConfig { page_tokens: 16, kv_pages: Some(64), memory_limit: None, schedule })
-        .await
-        .unwrap()
+    let cfg =
+        RuntimeConfig { page_tokens: 16, kv_pages: Some(64), memory_limit: None, schedule, prefix_cache_tokens: 0 };
+    Runtime::start(models, cfg).await.unwrap()
 }
 
 fn chat(i: usize) -> ValidRequest {
@@ -97,6 +97,7 @@ fn chat(i: usize) -> ValidRequest {
         stop_ids: Vec::new(),
         stop_strings: Vec::new(),
         logprobs: None,
+        cache: false,
         output: Output::Text(Box::new(TokenizerDecoder::new(tokenizer))),
     };
     ValidRequest { model: "text".into(), work: Work::Tokens(work) }

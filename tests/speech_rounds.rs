@@ -61,7 +61,13 @@ async fn start(text: Text, parallel: usize) -> (Runtime, SpeechFrontEnd, String)
     };
     models.push(drama_spec(front.model.clone(), llama, codec, 64, parallel));
     let schedule = Schedule { round_tokens: 64, parallel, max_waiting: 64 };
-    let cfg = RuntimeConfig { page_tokens: PAGE_TOKENS, kv_pages: Some(256), memory_limit: None, schedule };
+    let cfg = RuntimeConfig {
+        page_tokens: PAGE_TOKENS,
+        kv_pages: Some(256),
+        memory_limit: None,
+        schedule,
+        prefix_cache_tokens: 0,
+    };
     (Runtime::start(models, cfg).await.unwrap(), front, text_model)
 }
 
@@ -88,6 +94,7 @@ fn chat(tokenizer: &Arc<Tokenizer>, model: &str, i: usize) -> ValidRequest {
         stop_ids: Vec::new(),
         stop_strings: Vec::new(),
         logprobs: None,
+        cache: false,
         output: Output::Text(Box::new(TokenizerDecoder::new(tokenizer.clone()))),
     };
     ValidRequest { model: model.to_string(), work: Work::Tokens(work) }

@@ -26,6 +26,8 @@ pub struct Enqueue {
     pub sampling: SamplingParams,
     pub stop_ids: Vec<u32>,
     pub logprobs: Option<usize>,
+    /// Whether the prompt may resume from the prefix cache and its pages be cached.
+    pub cache: bool,
     /// A speech lane's frame assembly, which turns its tokens into codec windows as they are drawn.
     pub frames: Option<Box<dyn FrameSink>>,
     pub to: Recipient<LaneToken>,
@@ -191,11 +193,18 @@ impl Coordinator {
 
     fn admit_tokens(&mut self) -> bool {
         let Some(next) = self.waiting.front() else { return false };
-        let Some(lease) = self.pages[next.model].admit(next.prompt.len() + next.max_tokens) else { return false };
+        let pool = &self.pages[next.model];
+        let lookup = next.cache && pool.caches();
+        let prompt = lookup.then_some(&next.prompt[..]);
+        let Some(lease) = pool.admit(next.prompt.len() + next.max_tokens, prompt) else { return false };
         let request = self.waiting.pop_front().expect("front exists");
         self.metrics.add_prompt(request.prompt.len());
+        if lookup {
+            self.metrics.add_prefix_lookup(request.prompt.len(), lease.cached());
+        }
         let tokens = request.prompt.clone();
-        self.lanes.push(Lane { request, tokens, num_planned: 0, num_generated: 0, num_windows: 0, lease });
+        let num_planned = lease.cached();
+        self.lanes.push(Lane { request, tokens, num_planned, num_generated: 0, num_windows: 0, lease });
         true
     }
 
@@ -259,6 +268,10 @@ impl Coordinator {
             let lane = &mut self.lanes[i];
             lane.tokens.push(s.id);
             lane.num_generated += 1;
+            if lane.num_generated == 1 && lane.request.cache {
+                // The prompt's KV is all computed now: its full pages may serve later prompts.
+                lane.lease.cache_prompt(&lane.request.prompt);
+            }
             let is_stop_token = lane.request.stop_ids.contains(&s.id);
             let finish = if is_stop_token {
                 Some(FinishReason::Stop)
@@ -277,8 +290,14 @@ impl Coordinator {
                     self.codec.push_back(Window { lane_id, model, job, to });
                 }
             }
-            let token =
-                LaneToken { id: s.id, logprob: s.logprob, is_stop_token, finish, num_windows: lane.num_windows };
+            let token = LaneToken {
+                id: s.id,
+                logprob: s.logprob,
+                is_stop_token,
+                finish,
+                num_windows: lane.num_windows,
+                cached_tokens: lane.lease.cached(),
+            };
             outbox.tokens.push((lane.request.to.clone(), token));
             if finish.is_some() {
                 self.lanes.swap_remove(i);
@@ -307,6 +326,10 @@ impl Coordinator {
             outbox.pcm.push((to, LanePcm(Err(why.clone()))));
         }
         self.voices.fail_running(why);
+        // A failed round may have left pages half written: no later prompt resumes from them.
+        for pool in &self.pages {
+            pool.clear_cache();
+        }
         outbox
     }
 
@@ -315,6 +338,7 @@ impl Coordinator {
         self.metrics.set_waiting(self.num_waiting());
         let used = self.pages.iter().map(PagePool::num_used).sum();
         self.metrics.set_kv_pages(used, self.pages.iter().map(PagePool::num_total).sum());
+        self.metrics.set_kv_pages_cached(self.pages.iter().map(PagePool::num_cached).sum());
     }
 }
 

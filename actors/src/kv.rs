@@ -1,24 +1,80 @@
 //! KV page leases: admission reserves a request's pages, the lease takes them as the lane grows, drop returns them.
+//! With the prefix cache, a lease starts with the cached pages of its prompt's longest cached prefix; pages are
+//! counted by the leases holding them, and a cached page no lease holds stays cached until admission needs room.
 
 use std::cell::RefCell;
 use std::rc::Rc;
+
+use crate::prefix::PrefixIndex;
 
 struct PageBook {
     free: Vec<u32>,
     /// Pages promised to leases but not yet taken.
     reserved: usize,
     total: usize,
+    /// Leases holding each page.
+    refs: Vec<u32>,
+    cache: PrefixIndex,
 }
 
-/// The coordinator's view of the KV pool: room, not page ids.
+impl PageBook {
+    /// Pages leases may still take: free ones and cached ones no lease holds, less the reservations (a prompt's
+    /// cached pages that admission holds may take some of that room; then there is none).
+    fn room(&self) -> usize {
+        (self.free.len() + self.cache.num_idle()).saturating_sub(self.reserved)
+    }
+
+    fn hold(&mut self, page: u32) {
+        self.refs[page as usize] += 1;
+        if self.refs[page as usize] == 1 {
+            self.cache.hold(page);
+        }
+    }
+
+    fn unhold(&mut self, page: u32) {
+        self.refs[page as usize] -= 1;
+        if self.refs[page as usize] == 0 {
+            match self.cache.contains(page) {
+                true => self.cache.release(page),
+                false => self.free.push(page),
+            }
+        }
+    }
+
+    /// A page for a lease: a free one, else the least recently used cached one no lease holds.
+    fn take_free(&mut self) -> u32 {
+        if self.free.is_empty() {
+            evict(&mut self.cache, &mut self.free);
+        }
+        let page = self.free.pop().expect("reserved pages are free or cached and idle");
+        self.hold(page);
+        page
+    }
+}
+
+/// Evicts the least recently used idle cached page and the pages cached below it; false when none is idle.
+fn evict(cache: &mut PrefixIndex, free: &mut Vec<u32>) -> bool {
+    let out = cache.evict_oldest();
+    free.extend(out.iter().filter(|(_, idle)| *idle).map(|(p, _)| *p));
+    !out.is_empty()
+}
+
+/// The coordinator's view of the KV pool: room, not page contents.
 pub struct PagePool {
     book: Rc<RefCell<PageBook>>,
     page_tokens: usize,
 }
 
 impl PagePool {
-    pub fn new(num_pages: usize, page_tokens: usize) -> PagePool {
-        let book = PageBook { free: (0..num_pages as u32).rev().collect(), reserved: 0, total: num_pages };
+    /// A pool of `num_pages` pages whose prefix cache may hold up to `cache_tokens` positions (0: no cache).
+    pub fn new(num_pages: usize, page_tokens: usize, cache_tokens: usize) -> PagePool {
+        let book = PageBook {
+            free: (0..num_pages as u32).rev().collect(),
+            reserved: 0,
+            total: num_pages,
+            refs: vec![0; num_pages],
+            cache: PrefixIndex::new((cache_tokens / page_tokens).min(num_pages)),
+        };
         PagePool { book: Rc::new(RefCell::new(book)), page_tokens }
     }
 
@@ -33,32 +89,58 @@ impl PagePool {
     /// Pages held by leases right now.
     pub fn num_used(&self) -> usize {
         let b = self.book.borrow();
-        b.total - b.free.len()
+        b.total - b.free.len() - b.cache.num_idle()
     }
 
-    /// Whether a request of up to `num_tokens` positions can be admitted now.
-    pub fn can_admit(&self, num_tokens: usize) -> bool {
-        let b = self.book.borrow();
-        b.free.len() - b.reserved >= self.pages_for(num_tokens)
+    /// Whether the pool keeps a prefix cache.
+    pub fn caches(&self) -> bool {
+        self.book.borrow().cache.budget() > 0
     }
 
-    /// Reserves room for `num_tokens` positions; `None` when there is not enough.
-    pub fn admit(&self, num_tokens: usize) -> Option<Lease> {
-        if !self.can_admit(num_tokens) {
+    /// Pages the prefix cache holds, whether leases hold them too or not.
+    pub fn num_cached(&self) -> usize {
+        self.book.borrow().cache.len()
+    }
+
+    /// Reserves room for `num_tokens` positions, starting from the cached pages of `prompt`'s longest cached
+    /// prefix when one is given; `None` when there is not enough room. At least one prompt position is left to
+    /// compute, so the lane's first token is sampled from its own round.
+    pub fn admit(&self, num_tokens: usize, prompt: Option<&[u32]>) -> Option<Lease> {
+        let mut b = self.book.borrow_mut();
+        let t = self.page_tokens;
+        let chain = match prompt {
+            Some(p) => b.cache.lookup(p.chunks_exact(t).take(p.len().saturating_sub(1) / t)),
+            None => Vec::new(),
+        };
+        for &page in &chain {
+            b.hold(page);
+        }
+        let budget = self.pages_for(num_tokens).max(chain.len());
+        if b.room() < budget - chain.len() {
+            for &page in &chain {
+                b.unhold(page);
+            }
             return None;
         }
-        let budget = self.pages_for(num_tokens);
-        self.book.borrow_mut().reserved += budget;
-        Some(Lease { book: self.book.clone(), pages: Vec::new(), budget, page_tokens: self.page_tokens })
+        b.reserved += budget - chain.len();
+        Some(Lease { book: self.book.clone(), cached: chain.len() * t, pages: chain, budget, page_tokens: t })
+    }
+
+    /// Forgets every cached page (after a device error, whose rounds may have left pages unwritten).
+    pub fn clear_cache(&self) {
+        let mut b = self.book.borrow_mut();
+        let out = b.cache.clear();
+        b.free.extend(out.iter().filter(|(_, idle)| *idle).map(|(p, _)| *p));
     }
 }
 
-/// A lane's pages; not `Clone`, and dropping it returns every page and the unused reservation.
+/// A lane's pages; not `Clone`, and dropping it returns every page it holds and the unused reservation.
 pub struct Lease {
     book: Rc<RefCell<PageBook>>,
     pages: Vec<u32>,
     budget: usize,
     page_tokens: usize,
+    cached: usize,
 }
 
 impl Lease {
@@ -68,7 +150,7 @@ impl Lease {
         assert!(need <= self.budget, "lease grew past its reservation: {need} > {}", self.budget);
         let mut book = self.book.borrow_mut();
         while self.pages.len() < need {
-            let page = book.free.pop().expect("reserved pages are free");
+            let page = book.take_free();
             book.reserved -= 1;
             self.pages.push(page);
         }
@@ -78,55 +160,32 @@ impl Lease {
     pub fn pages(&self) -> &[u32] {
         &self.pages
     }
+
+    /// Positions whose KV the lease found cached at admission.
+    pub fn cached(&self) -> usize {
+        self.cached
+    }
+
+    /// Caches the full pages of `prompt` once their KV is computed; pages past the cache's budget are not kept.
+    pub fn cache_prompt(&self, prompt: &[u32]) {
+        let mut b = self.book.borrow_mut();
+        let book = &mut *b;
+        let full = (prompt.len() / self.page_tokens).min(self.pages.len());
+        let (cache, free) = (&mut book.cache, &mut book.free);
+        cache.insert(&self.pages[..full], prompt.chunks_exact(self.page_tokens), |c| evict(c, free));
+    }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
         let mut book = self.book.borrow_mut();
         book.reserved -= self.budget - self.pages.len();
-        book.free.append(&mut self.pages);
+        for page in self.pages.drain(..) {
+            book.unhold(page);
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn test_admission_reserves_and_drop_returns_everything() {
-        let pool = PagePool::new(10, 16);
-        let mut a = pool.admit(100).unwrap();
-        assert!(!pool.can_admit(80), "7 pages are promised to the first lease");
-        assert!(pool.can_admit(48));
-        a.grow_to(17);
-        assert_eq!((a.pages().len(), pool.num_used()), (2, 2));
-        let b = pool.admit(48).unwrap();
-        assert!(pool.admit(1).is_none());
-        drop(a);
-        assert_eq!(pool.num_used(), 0);
-        assert!(pool.can_admit(112));
-        drop(b);
-        assert!(pool.can_admit(160));
-    }
-
-    #[test]
-    fn test_pages_of_live_leases_are_distinct() {
-        let pool = PagePool::new(8, 4);
-        let mut leases: Vec<Lease> = (0..4).map(|_| pool.admit(8).unwrap()).collect();
-        for (i, l) in leases.iter_mut().enumerate() {
-            l.grow_to(1 + i * 2);
-        }
-        let mut all: Vec<u32> = leases.iter().flat_map(|l| l.pages().to_vec()).collect();
-        let n = all.len();
-        all.sort();
-        all.dedup();
-        assert_eq!(all.len(), n);
-    }
-
-    #[test]
-    #[should_panic(expected = "past its reservation")]
-    fn test_growing_past_the_reservation_is_a_bug() {
-        let pool = PagePool::new(8, 4);
-        pool.admit(8).unwrap().grow_to(9);
-    }
-}
+#[path = "kv_tests.rs"]
+mod tests;

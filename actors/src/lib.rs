@@ -6,6 +6,7 @@ pub mod device;
 pub mod kv;
 pub mod ledger;
 pub mod metrics;
+pub mod prefix;
 pub mod request;
 pub mod request_types;
 pub mod round;

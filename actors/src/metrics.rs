@@ -78,6 +78,9 @@ pub struct Metrics {
     prompt_tokens_total: AtomicU64,
     kv_pages_used: AtomicU64,
     kv_pages_total: AtomicU64,
+    kv_pages_cached: AtomicU64,
+    prefix_cache_queries_total: AtomicU64,
+    prefix_cache_hits_total: AtomicU64,
     time_to_first_token: Histogram,
     inter_token_latency: Histogram,
 }
@@ -109,6 +112,16 @@ impl Metrics {
 
     pub fn add_prompt(&self, n: usize) {
         self.prompt_tokens_total.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// A prompt of `queried` tokens looked up in the prefix cache, `hit` of them found.
+    pub fn add_prefix_lookup(&self, queried: usize, hit: usize) {
+        self.prefix_cache_queries_total.fetch_add(queried as u64, Ordering::Relaxed);
+        self.prefix_cache_hits_total.fetch_add(hit as u64, Ordering::Relaxed);
+    }
+
+    pub fn set_kv_pages_cached(&self, cached: usize) {
+        self.kv_pages_cached.store(cached as u64, Ordering::Relaxed);
     }
 
     pub fn set_kv_pages(&self, used: usize, total: usize) {
@@ -153,6 +166,12 @@ impl Metrics {
         (self.kv_pages_used.load(Ordering::Relaxed), self.kv_pages_total.load(Ordering::Relaxed))
     }
 
+    /// Prompt tokens looked up in the prefix cache, and those found.
+    pub fn prefix_cache(&self) -> (u64, u64) {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        (load(&self.prefix_cache_queries_total), load(&self.prefix_cache_hits_total))
+    }
+
     pub fn time_to_first_token(&self) -> &Histogram {
         &self.time_to_first_token
     }
@@ -164,7 +183,7 @@ impl Metrics {
     /// Every metric, with the ledger's counts, in Prometheus text format.
     pub fn render(&self, ledger: &LedgerSnapshot) -> String {
         let mut out = String::with_capacity(4096);
-        let scalars: [(&str, &str, &str, u64); 8] = [
+        let scalars: [(&str, &str, &str, u64); 11] = [
             ("requests_total", "Requests accepted.", "counter", self.requests_total()),
             ("requests_running", "Requests with a lane in the current round.", "gauge", self.requests_running()),
             ("requests_waiting", "Requests queued for a lane.", "gauge", self.requests_waiting()),
@@ -173,6 +192,19 @@ impl Metrics {
             ("prompt_tokens_total", "Prompt tokens processed.", "counter", self.prompt_tokens_total()),
             ("kv_pages_used", "KV cache pages held by requests.", "gauge", self.kv_pages().0),
             ("kv_pages_total", "KV cache pages in the pool.", "gauge", self.kv_pages().1),
+            (
+                "kv_pages_cached",
+                "KV cache pages the prefix cache holds.",
+                "gauge",
+                self.kv_pages_cached.load(Ordering::Relaxed),
+            ),
+            (
+                "prefix_cache_queries_total",
+                "Prompt tokens looked up in the prefix cache.",
+                "counter",
+                self.prefix_cache().0,
+            ),
+            ("prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", "counter", self.prefix_cache().1),
         ];
         for (name, help, kind, value) in scalars {
             let name = format!("tensorfold_{name}");

@@ -23,6 +23,8 @@ pub struct LaneToken {
     pub finish: Option<FinishReason>,
     /// Codec windows a speech lane has queued so far, this token's included.
     pub num_windows: usize,
+    /// Prompt positions whose KV the lane found in the prefix cache.
+    pub cached_tokens: usize,
 }
 
 /// The PCM of one decoded window of a speech lane, in order, or why decoding failed.
@@ -106,7 +108,7 @@ impl RequestActor {
             tokens,
             events,
             coordinator,
-            usage: Usage { prompt_tokens, completion_tokens: 0 },
+            usage: Usage { prompt_tokens, completion_tokens: 0, cached_tokens: 0 },
             submitted: Instant::now(),
             last_token: None,
             metrics,
@@ -194,6 +196,7 @@ impl Handler<LaneToken> for RequestActor {
     fn handle(&mut self, msg: LaneToken, ctx: &mut Context<Self>) {
         self.observe_latency();
         self.usage.completion_tokens += 1;
+        self.usage.cached_tokens = msg.cached_tokens;
         match self.tokens {
             Tokens::Text { .. } => self.text_token(msg, ctx),
             Tokens::Speech(_) => self.speech_token(msg, ctx),

@@ -36,6 +36,8 @@ pub struct TokenLogprob {
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: usize,
 }
 
 /// What the runtime streams back for one request.

@@ -40,6 +40,8 @@ pub struct RuntimeConfig {
     /// Cap on device plus pinned host bytes.
     pub memory_limit: Option<usize>,
     pub schedule: Schedule,
+    /// Positions each model's prefix cache may hold (at most its pool); 0 turns the cache off.
+    pub prefix_cache_tokens: usize,
 }
 
 /// How a model runs its lanes.
@@ -190,10 +192,10 @@ impl Runtime {
         }
         let runner = EngineRunner::spawn(slots)?;
         let metrics = Arc::new(Metrics::default());
-        let (schedule, m) = (cfg.schedule, metrics.clone());
+        let (schedule, m, cache_tokens) = (cfg.schedule, metrics.clone(), cfg.prefix_cache_tokens);
         let arbiter = Arbiter::new();
         let coordinator = Coordinator::start_in_arbiter(&arbiter.handle(), move |_| {
-            let pools = pages.into_iter().map(|(n, t)| PagePool::new(n, t)).collect();
+            let pools = pages.into_iter().map(|(n, t)| PagePool::new(n, t, cache_tokens)).collect();
             Coordinator::new(runner, pools, schedule, m)
         });
         Ok(Runtime {
@@ -251,6 +253,7 @@ impl Runtime {
             sampling: work.sampling,
             stop_ids: work.stop_ids,
             logprobs: work.logprobs,
+            cache: work.cache,
             frames,
             to: actor.clone().recipient(),
             pcm: actor.clone().recipient(),

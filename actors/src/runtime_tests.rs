@@ -65,7 +65,13 @@ impl TextDecoder for Ids {
 
 pub(crate) async fn start(parallel: usize, max_waiting: usize, kv_pages: usize) -> Runtime {
     let schedule = Schedule { round_tokens: 8, parallel, max_waiting };
-    let cfg = RuntimeConfig { page_tokens: 4, kv_pages: Some(kv_pages), memory_limit: None, schedule };
+    let cfg = RuntimeConfig {
+        page_tokens: 4,
+        kv_pages: Some(kv_pages),
+        memory_limit: None,
+        schedule,
+        prefix_cache_tokens: 0,
+    };
     let kind = ModelKind::Tokens { engine: Box::new(FakeEngine), codec: None };
     let model = ModelSpec { name: TEXT.into(), kind, context: 256, weight_bytes: 0, activation_bytes: 0 };
     Runtime::start(vec![model], cfg).await.unwrap()
@@ -94,6 +100,7 @@ pub(crate) fn work(i: u64) -> TokenWork {
         stop_ids: vec![63],
         stop_strings: Vec::new(),
         logprobs: None,
+        cache: true,
         output: Output::Text(Box::new(Ids)),
     }
 }
@@ -230,7 +237,8 @@ impl Codec for FakeCodec {
 
 async fn start_with_speech(parallel: usize) -> Runtime {
     let schedule = Schedule { round_tokens: 8, parallel, max_waiting: 64 };
-    let cfg = RuntimeConfig { page_tokens: 4, kv_pages: Some(256), memory_limit: None, schedule };
+    let cfg =
+        RuntimeConfig { page_tokens: 4, kv_pages: Some(256), memory_limit: None, schedule, prefix_cache_tokens: 0 };
     let model = |name: &str, codec: Option<Box<dyn Codec>>| ModelSpec {
         name: name.into(),
         kind: ModelKind::Tokens { engine: Box::new(FakeEngine), codec },
@@ -348,7 +356,8 @@ impl Codec for Noting {
 async fn test_a_speech_window_is_decoded_in_the_round_after_its_last_frame_was_drawn() {
     let (forwards, noted) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
     let schedule = Schedule { round_tokens: 8, parallel: 1, max_waiting: 4 };
-    let cfg = RuntimeConfig { page_tokens: 4, kv_pages: Some(64), memory_limit: None, schedule };
+    let cfg =
+        RuntimeConfig { page_tokens: 4, kv_pages: Some(64), memory_limit: None, schedule, prefix_cache_tokens: 0 };
     let kind = ModelKind::Tokens {
         engine: Box::new(Counting(forwards.clone())),
         codec: Some(Box::new(Noting(forwards.clone(), noted.clone()))),
@@ -395,7 +404,8 @@ impl Engine for Faulty {
 
 async fn start_faulty(panics: bool, parallel: usize) -> Runtime {
     let schedule = Schedule { round_tokens: 64, parallel, max_waiting: 64 };
-    let cfg = RuntimeConfig { page_tokens: 4, kv_pages: Some(256), memory_limit: None, schedule };
+    let cfg =
+        RuntimeConfig { page_tokens: 4, kv_pages: Some(256), memory_limit: None, schedule, prefix_cache_tokens: 0 };
     let kind = ModelKind::Tokens { engine: Box::new(Faulty { panics }), codec: None };
     let spec = ModelSpec { name: TEXT.into(), kind, context: 256, weight_bytes: 0, activation_bytes: 0 };
     Runtime::start(vec![spec], cfg).await.unwrap()

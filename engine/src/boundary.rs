@@ -182,6 +182,8 @@ pub struct TokenWork {
     pub stop_strings: Vec<String>,
     /// Log-probabilities: `None` off, `Some(n)` the chosen token's and the top n.
     pub logprobs: Option<usize>,
+    /// The prompt may resume from the prefix cache, and its full pages be cached for later prompts.
+    pub cache: bool,
     pub output: Output,
 }
 

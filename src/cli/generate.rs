@@ -99,6 +99,7 @@ pub fn generate(args: GenerateArgs, settings: &Settings) -> Result<()> {
         kv_pages: Some((prompt.len() + max_tokens).div_ceil(PAGE_TOKENS)),
         memory_limit: None,
         schedule: Schedule { round_tokens: 512, parallel: 1, max_waiting: 1 },
+        prefix_cache_tokens: 0,
     };
     let work = TokenWork {
         stop_ids: tokenizer.eos_ids().to_vec(),
@@ -107,6 +108,7 @@ pub fn generate(args: GenerateArgs, settings: &Settings) -> Result<()> {
         sampling: params,
         stop_strings: args.stop,
         logprobs: None,
+        cache: false,
         output: Output::Text(Box::new(TokenizerDecoder::new(tokenizer))),
     };
     let request = ValidRequest { model: spec.name.clone(), work: Work::Tokens(work) };

@@ -45,7 +45,12 @@ pub fn serve(settings: &Settings) -> Result<()> {
     let fetcher = settings.fetcher()?;
     let text_path = model_path(settings, &fetcher)?;
     let schedule = Schedule { round_tokens, parallel, max_waiting: size(Key::MaxWaiting) };
-    let cfg = RuntimeConfig { page_tokens, kv_pages: settings.size(Key::KvPages), memory_limit, schedule };
+    let prefix_cache_tokens = match settings.is_on(Key::PrefixCache) {
+        true => settings.size(Key::PrefixCacheTokens).unwrap_or(usize::MAX),
+        false => 0,
+    };
+    let kv_pages = settings.size(Key::KvPages);
+    let cfg = RuntimeConfig { page_tokens, kv_pages, memory_limit, schedule, prefix_cache_tokens };
     let name = text.name.clone();
     let mut models = vec![text];
     let mut speakers = Speakers::default();

@@ -74,14 +74,25 @@ pub fn speak(args: SpeakArgs, settings: &Settings) -> Result<()> {
                 }
                 let work = front.request(&voice, &args.text, args.seed)?;
                 let pages = (work.prompt.len() + work.max_tokens).div_ceil(PAGE_TOKENS);
-                let cfg =
-                    RuntimeConfig { page_tokens: PAGE_TOKENS, kv_pages: Some(pages), memory_limit: None, schedule };
+                let cfg = RuntimeConfig {
+                    page_tokens: PAGE_TOKENS,
+                    kv_pages: Some(pages),
+                    memory_limit: None,
+                    schedule,
+                    prefix_cache_tokens: 0,
+                };
                 let runtime = Runtime::start(vec![spec], cfg).await?;
                 runtime.submit(ValidRequest { model: front.model.clone(), work: Work::Tokens(work) }).await?
             }
             Speaker::Voice(v) => {
                 let input = v.text.input(&args.text, args.speed, args.seed).map_err(anyhow::Error::msg)?;
-                let cfg = RuntimeConfig { page_tokens: PAGE_TOKENS, kv_pages: Some(0), memory_limit: None, schedule };
+                let cfg = RuntimeConfig {
+                    page_tokens: PAGE_TOKENS,
+                    kv_pages: Some(0),
+                    memory_limit: None,
+                    schedule,
+                    prefix_cache_tokens: 0,
+                };
                 let runtime = Runtime::start(vec![spec], cfg).await?;
                 runtime.submit(ValidRequest { model: v.model.clone(), work: Work::Voice(input) }).await?
             }

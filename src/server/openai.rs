@@ -24,6 +24,8 @@ pub struct CommonParams {
     pub presence_penalty: Option<f32>,
     pub frequency_penalty: Option<f32>,
     pub logit_bias: Option<Map<String, Value>>,
+    /// `false` skips the prefix cache: no lookup, and the prompt's pages are not kept.
+    pub cache: Option<bool>,
 }
 
 #[derive(Debug, Default, PartialEq, serde::Deserialize)]
@@ -125,6 +127,7 @@ impl Fields {
             presence_penalty: self.take("presence_penalty")?,
             frequency_penalty: self.take("frequency_penalty")?,
             logit_bias: self.take("logit_bias")?,
+            cache: self.take("cache")?,
         })
     }
 }
@@ -248,12 +251,23 @@ pub struct UsageBody {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// OpenAI's breakdown of the prompt: the tokens served from the prefix cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: usize,
 }
 
 impl From<tensorfold_actors::request_types::Usage> for UsageBody {
     fn from(usage: tensorfold_actors::request_types::Usage) -> UsageBody {
-        let total_tokens = usage.prompt_tokens + usage.completion_tokens;
-        UsageBody { prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, total_tokens }
+        UsageBody {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            total_tokens: usage.prompt_tokens + usage.completion_tokens,
+            prompt_tokens_details: PromptTokensDetails { cached_tokens: usage.cached_tokens },
+        }
     }
 }
 
@@ -518,7 +532,7 @@ mod tests {
         };
         assert!(chunk(ChunkUsage::Absent).get("usage").is_none());
         assert_eq!(chunk(ChunkUsage::Null)["usage"], serde_json::Value::Null);
-        let counts = UsageBody { prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 };
+        let counts = UsageBody { prompt_tokens: 2, completion_tokens: 3, total_tokens: 5, ..UsageBody::default() };
         assert_eq!(chunk(ChunkUsage::Usage(counts))["usage"]["total_tokens"], 5);
     }
 

@@ -223,7 +223,10 @@ mod tests {
     }
 
     fn done() -> Event {
-        Event::Done { finish: FinishReason::Length, usage: Usage { prompt_tokens: 3, completion_tokens: 2 } }
+        Event::Done {
+            finish: FinishReason::Length,
+            usage: Usage { prompt_tokens: 3, completion_tokens: 2, cached_tokens: 0 },
+        }
     }
 
     #[actix_web::test]
@@ -235,7 +238,7 @@ mod tests {
                 "id": "id-1", "object": "chat.completion", "created": 7, "model": "tiny",
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello world"},
                     "logprobs": null, "finish_reason": "length"}],
-                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5, "prompt_tokens_details": {"cached_tokens": 0}},
             })
         );
     }

@@ -60,7 +60,7 @@ impl Backend for Scripted {
                 Script::QueueFull => return Err(SubmitError::QueueFull(4)),
                 Script::Closed => return Err(SubmitError::Closed),
                 Script::Reply => {
-                    let usage = Usage { prompt_tokens: request.prompt.len(), completion_tokens: 2 };
+                    let usage = Usage { prompt_tokens: request.prompt.len(), completion_tokens: 2, cached_tokens: 0 };
                     for event in
                         [token(3, "hello"), token(4, " world"), Event::Done { finish: FinishReason::Stop, usage }]
                     {

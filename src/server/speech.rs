@@ -14,6 +14,7 @@ use super::error::ApiError;
 use super::openai::Fields;
 use super::routes::{read_body, BodyLimit};
 use super::{random_u64, AppState, Backend};
+use tensorfold_engine::boundary::TokenWork;
 use tensorfold_engine::speech::speakers::{Speaker, MAX_INPUT_CHARS};
 
 /// The response header that carries the sample rate of the PCM.
@@ -44,6 +45,8 @@ pub struct SpeechRequest {
     pub stream_format: StreamFormat,
     pub speed: f64,
     pub seed: Option<u64>,
+    /// `false` skips the prefix cache for a Drama voice's prompt.
+    pub cache: bool,
 }
 
 impl SpeechRequest {
@@ -90,6 +93,7 @@ impl SpeechRequest {
             stream_format,
             speed,
             seed: fields.take("seed")?,
+            cache: fields.take("cache")?.unwrap_or(true),
         })
     }
 }
@@ -124,7 +128,7 @@ pub(super) async fn speech<B: Backend>(
                 .await
                 .map_err(|e| ApiError::Internal(format!("preparing the request: {e}")))?
                 .map_err(|e| ApiError::invalid("input", e.to_string()))?;
-            Work::Tokens(work)
+            Work::Tokens(TokenWork { cache: request.cache, ..work })
         }
         Speaker::Voice(v) => {
             let (text, input, speed) = (v.text.clone(), request.input.clone(), request.speed as f32);
@@ -221,7 +225,7 @@ pub fn sse_stream(
             let event = match events.recv().await {
                 Some(Event::Audio { pcm }) => SpeechEvent::Delta { audio: b64(&to_i16_le(&pcm)) },
                 Some(Event::Token { .. }) => continue,
-                Some(Event::Done { usage: Usage { prompt_tokens, completion_tokens }, .. }) => {
+                Some(Event::Done { usage: Usage { prompt_tokens, completion_tokens, .. }, .. }) => {
                     let total_tokens = prompt_tokens + completion_tokens;
                     let usage =
                         SpeechUsage { input_tokens: prompt_tokens, output_tokens: completion_tokens, total_tokens };

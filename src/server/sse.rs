@@ -187,7 +187,10 @@ mod tests {
     }
 
     fn done() -> Event {
-        Event::Done { finish: FinishReason::Stop, usage: Usage { prompt_tokens: 4, completion_tokens: 2 } }
+        Event::Done {
+            finish: FinishReason::Stop,
+            usage: Usage { prompt_tokens: 4, completion_tokens: 2, cached_tokens: 0 },
+        }
     }
 
     /// Runs events through the stream and parses each `data:` payload; `[DONE]` stays a string.
@@ -232,7 +235,10 @@ mod tests {
         assert_eq!(got.len(), 5);
         assert!(got[..3].iter().all(|c| c["usage"].is_null() && c.get("usage").is_some()));
         assert_eq!(got[3]["choices"], serde_json::json!([]));
-        assert_eq!(got[3]["usage"], serde_json::json!({"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}));
+        let usage = serde_json::json!({
+            "prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6, "prompt_tokens_details": {"cached_tokens": 0}
+        });
+        assert_eq!(got[3]["usage"], usage);
         assert_eq!(got[4], "[DONE]");
     }
 

@@ -155,6 +155,7 @@ fn build(
         stop_ids: tokenizer.eos_ids().to_vec(),
         stop_strings,
         logprobs,
+        cache: common.cache.unwrap_or(true),
         output: Output::Text(Box::new(TokenizerDecoder::new(Arc::clone(tokenizer)))),
     };
     Ok(Validated { request, reply })

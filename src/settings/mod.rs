@@ -30,6 +30,8 @@ pub enum Key {
     MaxBodyBytes,
     PageTokens,
     KvPages,
+    PrefixCache,
+    PrefixCacheTokens,
     RoundTokens,
     MemoryLimit,
     SpeechModel,

@@ -71,6 +71,15 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::KvPages, Some("kv-pages"), None, count(1, 1 << 32), Scope::Serve)
     },
     Setting {
+        default: Some("1"),
+        help: "keep the full KV pages of prompts and resume later prompts from their longest cached prefix",
+        ..row(Key::PrefixCache, Some("prefix-cache"), None, Kind::Switch, Scope::Serve)
+    },
+    Setting {
+        help: "most positions the prefix cache holds; unset: as many as the KV pool has",
+        ..row(Key::PrefixCacheTokens, Some("prefix-cache-tokens"), None, count(0, 1 << 40), Scope::Serve)
+    },
+    Setting {
         default: Some("512"),
         help: "most tokens in one round's forward pass (prefill chunks share it)",
         ..row(Key::RoundTokens, Some("round-tokens"), None, count(1, 1 << 16), Scope::Serve)

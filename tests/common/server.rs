@@ -437,13 +437,22 @@ impl SseStream {
 pub struct Completion {
     pub text: String,
     pub finish_reason: String,
-    /// `usage` from the response, or from the last chunk when `stream_options.include_usage` is set.
+    /// `usage` from the response, or from the last chunk when `stream_options.include_usage` is set, without
+    /// `prompt_tokens_details`: how much of the prompt the prefix cache served is no part of the output.
     pub usage: Value,
 }
 
 impl Server {
     /// Runs a chat or text completion to the end, streaming when `body["stream"]` is true.
     pub fn complete(&self, path: &str, body: &Value) -> Completion {
+        let mut completion = self.complete_with_details(path, body);
+        if let Some(usage) = completion.usage.as_object_mut() {
+            usage.remove("prompt_tokens_details");
+        }
+        completion
+    }
+
+    fn complete_with_details(&self, path: &str, body: &Value) -> Completion {
         if body["stream"] != Value::Bool(true) {
             let response = self.post_json(path, body);
             assert_eq!(response.status, 200, "POST {path} {body}: {}", response.text());

@@ -78,6 +78,7 @@ impl SpeechFrontEnd {
             stop_ids: self.layout.stop_ids().to_vec(),
             stop_strings: Vec::new(),
             logprobs: None,
+            cache: true,
             output: Output::Speech(Box::new(frames)),
         })
     }
