@@ -493,6 +493,7 @@ fn cached_request(prompt: Vec<u32>, seed: u64, cache: bool) -> ValidRequest {
         stop_strings: Vec::new(),
         logprobs: None,
         cache,
+        draft: false,
         output: Output::Text(Box::new(Ids)),
     };
     ValidRequest { model: "qwen2".into(), work: Work::Tokens(work) }
@@ -527,7 +528,7 @@ async fn cuda_runtime(dev: &CudaDevice, cache_tokens: usize) -> Runtime {
         page_tokens: PAGE_TOKENS,
         kv_pages: Some(512),
         memory_limit: None,
-        schedule: Schedule { round_tokens: 64, parallel: 8, max_waiting: 64 },
+        schedule: Schedule { round_tokens: 64, parallel: 8, max_waiting: 64, draft_tokens: 0 },
         prefix_cache_tokens: cache_tokens,
     };
     Runtime::start_on(dev.device.clone(), vec![spec], cfg).await.unwrap()

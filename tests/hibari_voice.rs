@@ -81,7 +81,7 @@ async fn start(l: &Loaded) -> Runtime {
             activation_bytes: 0,
         },
     ];
-    let schedule = Schedule { round_tokens: 64, parallel: 8, max_waiting: 64 };
+    let schedule = Schedule { round_tokens: 64, parallel: 8, max_waiting: 64, draft_tokens: 0 };
     let cfg =
         RuntimeConfig { page_tokens: 16, kv_pages: Some(64), memory_limit: None, schedule, prefix_cache_tokens: 0 };
     Runtime::start(models, cfg).await.unwrap()
@@ -98,6 +98,7 @@ fn chat(i: usize) -> ValidRequest {
         stop_strings: Vec::new(),
         logprobs: None,
         cache: false,
+        draft: false,
         output: Output::Text(Box::new(TokenizerDecoder::new(tokenizer))),
     };
     ValidRequest { model: "text".into(), work: Work::Tokens(work) }

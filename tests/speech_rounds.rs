@@ -60,7 +60,7 @@ async fn start(text: Text, parallel: usize) -> (Runtime, SpeechFrontEnd, String)
         Text::None | Text::SameModel => front.model.clone(),
     };
     models.push(drama_spec(front.model.clone(), llama, codec, 64, parallel));
-    let schedule = Schedule { round_tokens: 64, parallel, max_waiting: 64 };
+    let schedule = Schedule { round_tokens: 64, parallel, max_waiting: 64, draft_tokens: 0 };
     let cfg = RuntimeConfig {
         page_tokens: PAGE_TOKENS,
         kv_pages: Some(256),
@@ -95,6 +95,7 @@ fn chat(tokenizer: &Arc<Tokenizer>, model: &str, i: usize) -> ValidRequest {
         stop_strings: Vec::new(),
         logprobs: None,
         cache: false,
+        draft: false,
         output: Output::Text(Box::new(TokenizerDecoder::new(tokenizer.clone()))),
     };
     ValidRequest { model: model.to_string(), work: Work::Tokens(work) }

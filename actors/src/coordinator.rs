@@ -7,6 +7,7 @@ use actix::prelude::*;
 use tensorfold_engine::boundary::{CodecJob, EngineError, FrameSink};
 use tensorfold_kernels::sampling::SamplingParams;
 
+use crate::draft::Drafter;
 use crate::kv::{Lease, PagePool};
 use crate::metrics::Metrics;
 use crate::request::{LaneFailed, LanePcm, LaneToken, VoiceAudio};
@@ -28,6 +29,8 @@ pub struct Enqueue {
     pub logprobs: Option<usize>,
     /// Whether the prompt may resume from the prefix cache and its pages be cached.
     pub cache: bool,
+    /// Whether the lane may draft tokens and verify them.
+    pub draft: bool,
     /// A speech lane's frame assembly, which turns its tokens into codec windows as they are drawn.
     pub frames: Option<Box<dyn FrameSink>>,
     pub to: Recipient<LaneToken>,
@@ -60,6 +63,8 @@ pub struct Schedule {
     /// Most lanes running at once.
     pub parallel: usize,
     pub max_waiting: usize,
+    /// Most tokens a decoding lane proposes from its own text and verifies in one step; 0 turns drafting off.
+    pub draft_tokens: usize,
 }
 
 struct Lane {
@@ -71,6 +76,7 @@ struct Lane {
     /// Codec windows queued for a speech lane so far.
     num_windows: usize,
     lease: Lease,
+    drafter: Drafter,
 }
 
 impl Lane {
@@ -204,7 +210,8 @@ impl Coordinator {
         }
         let tokens = request.prompt.clone();
         let num_planned = lease.cached();
-        self.lanes.push(Lane { request, tokens, num_planned, num_generated: 0, num_windows: 0, lease });
+        let drafter = Drafter::default();
+        self.lanes.push(Lane { request, tokens, num_planned, num_generated: 0, num_windows: 0, lease, drafter });
         true
     }
 
@@ -221,8 +228,17 @@ impl Coordinator {
                     continue;
                 }
                 budget -= end - start;
-                lane.lease.grow_to(end);
-                lane.num_planned = end;
+                // A decoding lane may carry a draft, within the round's budget and its own token budget.
+                let left = lane.request.max_tokens - lane.num_generated;
+                let most = self.schedule.draft_tokens.min(budget).min(left.saturating_sub(1));
+                let draft = match pass_decode && lane.request.draft {
+                    true => lane.drafter.propose(&lane.tokens, most),
+                    false => Vec::new(),
+                };
+                budget -= draft.len();
+                lane.drafter.pending = draft.len();
+                lane.lease.grow_to(end + draft.len());
+                lane.num_planned = end + draft.len();
                 let sample = (end == lane.tokens.len()).then(|| SampleSpec {
                     params: lane.request.sampling.clone(),
                     history: if lane.request.sampling.repetition_penalty != 1.0 {
@@ -232,11 +248,12 @@ impl Coordinator {
                     },
                     position: end as u64,
                     logprobs: lane.request.logprobs,
+                    draft: draft.clone(),
                 });
                 plan.lanes.push(PlannedLane {
                     lane_id: lane.request.lane_id,
                     model: lane.request.model,
-                    tokens: lane.tokens[start..end].to_vec(),
+                    tokens: [&lane.tokens[start..end], &draft[..]].concat(),
                     start_pos: start,
                     pages: lane.lease.pages().to_vec(),
                     sample,
@@ -266,8 +283,14 @@ impl Coordinator {
         for s in output.sampled {
             let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == s.lane_id) else { continue };
             let lane = &mut self.lanes[i];
+            if lane.tokens.len() > lane.num_planned {
+                // A draft's token after the first of the round: the one before it equaled its draft.
+                lane.drafter.accepted += 1;
+            }
             lane.tokens.push(s.id);
             lane.num_generated += 1;
+            // Positions past the drafts accepted hold stale KV, which the next steps write over.
+            lane.num_planned = lane.tokens.len() - 1;
             if lane.num_generated == 1 && lane.request.cache {
                 // The prompt's KV is all computed now: its full pages may serve later prompts.
                 lane.lease.cache_prompt(&lane.request.prompt);
@@ -300,8 +323,12 @@ impl Coordinator {
             };
             outbox.tokens.push((lane.request.to.clone(), token));
             if finish.is_some() {
-                self.lanes.swap_remove(i);
+                let mut lane = self.lanes.swap_remove(i);
+                self.metrics.add_draft(lane.drafter.settle());
             }
+        }
+        for lane in &mut self.lanes {
+            self.metrics.add_draft(lane.drafter.settle());
         }
         let mut audio = output.audio.into_iter();
         for to in self.decoding.drain(..) {

@@ -3,6 +3,7 @@
 pub mod coordinator;
 pub mod cuda_driver;
 pub mod device;
+pub mod draft;
 pub mod kv;
 pub mod ledger;
 pub mod metrics;

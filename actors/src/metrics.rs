@@ -81,6 +81,8 @@ pub struct Metrics {
     kv_pages_cached: AtomicU64,
     prefix_cache_queries_total: AtomicU64,
     prefix_cache_hits_total: AtomicU64,
+    drafted_tokens_total: AtomicU64,
+    draft_accepted_tokens_total: AtomicU64,
     time_to_first_token: Histogram,
     inter_token_latency: Histogram,
 }
@@ -118,6 +120,18 @@ impl Metrics {
     pub fn add_prefix_lookup(&self, queried: usize, hit: usize) {
         self.prefix_cache_queries_total.fetch_add(queried as u64, Ordering::Relaxed);
         self.prefix_cache_hits_total.fetch_add(hit as u64, Ordering::Relaxed);
+    }
+
+    /// A round's verdict on a lane's draft: (tokens drafted, tokens accepted).
+    pub fn add_draft(&self, (drafted, accepted): (usize, usize)) {
+        self.drafted_tokens_total.fetch_add(drafted as u64, Ordering::Relaxed);
+        self.draft_accepted_tokens_total.fetch_add(accepted as u64, Ordering::Relaxed);
+    }
+
+    /// Tokens drafted and tokens of drafts accepted.
+    pub fn drafts(&self) -> (u64, u64) {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        (load(&self.drafted_tokens_total), load(&self.draft_accepted_tokens_total))
     }
 
     pub fn set_kv_pages_cached(&self, cached: usize) {
@@ -183,7 +197,8 @@ impl Metrics {
     /// Every metric, with the ledger's counts, in Prometheus text format.
     pub fn render(&self, ledger: &LedgerSnapshot) -> String {
         let mut out = String::with_capacity(4096);
-        let scalars: [(&str, &str, &str, u64); 11] = [
+        let (drafted, accepted) = self.drafts();
+        let scalars: [(&str, &str, &str, u64); 14] = [
             ("requests_total", "Requests accepted.", "counter", self.requests_total()),
             ("requests_running", "Requests with a lane in the current round.", "gauge", self.requests_running()),
             ("requests_waiting", "Requests queued for a lane.", "gauge", self.requests_waiting()),
@@ -205,6 +220,9 @@ impl Metrics {
                 self.prefix_cache().0,
             ),
             ("prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", "counter", self.prefix_cache().1),
+            ("drafted_tokens_total", "Tokens decoding lanes drafted and verified.", "counter", drafted),
+            ("draft_accepted_tokens_total", "Drafted tokens the draws kept.", "counter", accepted),
+            ("draft_rejected_tokens_total", "Drafted tokens the draws did not keep.", "counter", drafted - accepted),
         ];
         for (name, help, kind, value) in scalars {
             let name = format!("tensorfold_{name}");

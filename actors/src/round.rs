@@ -18,6 +18,9 @@ pub struct SampleSpec {
     /// Absolute position of the token being drawn: the draw depends on (seed, position) alone.
     pub position: u64,
     pub logprobs: Option<usize>,
+    /// Tokens drafted after the step's last: the step carries them, and each row's draw is kept while it equals
+    /// the next drafted token.
+    pub draft: Vec<u32>,
 }
 
 /// One lane's share: a prompt chunk or one decode token, at consecutive absolute positions.

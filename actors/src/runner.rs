@@ -131,7 +131,7 @@ fn run_round(models: &mut [ModelSlot], plan: RoundPlan) -> RoundOutput {
         let forward = started.elapsed();
         // Each lane's draw reads only its own logits, so the lanes draw side by side, in plan order.
         let drawn: Vec<Sampled> =
-            lanes.par_iter().zip(&logits).filter_map(|(lane, logits)| draw(lane, logits)).collect();
+            lanes.par_iter().zip(&logits).flat_map_iter(|(lane, logits)| draw(lane, logits)).collect();
         sampled.extend(drawn);
         tracing::debug!(
             forward_us = forward.as_micros() as u64,
@@ -180,34 +180,92 @@ fn run_round(models: &mut [ModelSlot], plan: RoundPlan) -> RoundOutput {
     RoundOutput { sampled, audio, voices, failed }
 }
 
-/// A greedy lane without log-probabilities needs only the index of its largest logit, which the engine finds.
+/// A greedy lane without log-probabilities needs only the index of its largest logit, which the engine finds; a
+/// lane with a draft needs every row.
 fn logits_for(spec: &SampleSpec) -> Logits {
-    match spec.params.is_greedy() && spec.logprobs.is_none() {
-        true => Logits::Argmax,
-        false => Logits::Last,
+    match (spec.draft.is_empty(), spec.params.is_greedy() && spec.logprobs.is_none()) {
+        (false, _) => Logits::All,
+        (true, true) => Logits::Argmax,
+        (true, false) => Logits::Last,
     }
 }
 
-fn draw(lane: &PlannedLane, logits: &[f32]) -> Option<Sampled> {
-    let spec = lane.sample.as_ref()?;
-    let id = match logits_for(spec) {
-        Logits::Argmax => *logits.first()? as u32,
-        _ => sample(logits, &spec.params, &spec.history, spec.position),
-    };
-    let logprob = spec.logprobs.map(|n| {
-        let lp = log_softmax(logits);
-        let mut order: Vec<usize> = (0..lp.len()).collect();
-        order.select_nth_unstable_by(n.min(lp.len() - 1), |&a, &b| lp[b].total_cmp(&lp[a]).then(a.cmp(&b)));
-        order.truncate(n);
-        order.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]).then(a.cmp(&b)));
-        TokenLogprob { logprob: lp[id as usize], top: order.iter().map(|&i| (i as u32, lp[i])).collect() }
-    });
-    Some(Sampled { lane_id: lane.lane_id, id, logprob })
+/// The lane's drawn tokens: one, or with a draft the draw of each row while the one before equaled its draft.
+/// Row j draws at position + j with the history plain decoding would have there, so the tokens are the same.
+fn draw(lane: &PlannedLane, logits: &[f32]) -> Vec<Sampled> {
+    let Some(spec) = lane.sample.as_ref() else { return Vec::new() };
+    if logits_for(spec) == Logits::Argmax {
+        let Some(&id) = logits.first() else { return Vec::new() };
+        return vec![Sampled { lane_id: lane.lane_id, id: id as u32, logprob: None }];
+    }
+    let rows = spec.draft.len() + 1;
+    let vocab = logits.len() / rows;
+    let mut history = std::borrow::Cow::Borrowed(&spec.history[..]);
+    let mut out = Vec::with_capacity(rows);
+    for j in 0..rows {
+        let row = &logits[j * vocab..(j + 1) * vocab];
+        let id = sample(row, &spec.params, &history, spec.position + j as u64);
+        out.push(Sampled { lane_id: lane.lane_id, id, logprob: spec.logprobs.map(|n| logprob(row, id, n)) });
+        if spec.draft.get(j) != Some(&id) {
+            break;
+        }
+        if spec.params.repetition_penalty != 1.0 {
+            history.to_mut().push(id);
+        }
+    }
+    out
+}
+
+/// The drawn token's log-probability and the `n` most likely, ties to the lower id.
+fn logprob(logits: &[f32], id: u32, n: usize) -> TokenLogprob {
+    let lp = log_softmax(logits);
+    let mut order: Vec<usize> = (0..lp.len()).collect();
+    order.select_nth_unstable_by(n.min(lp.len() - 1), |&a, &b| lp[b].total_cmp(&lp[a]).then(a.cmp(&b)));
+    order.truncate(n);
+    order.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]).then(a.cmp(&b)));
+    TokenLogprob { logprob: lp[id as usize], top: order.iter().map(|&i| (i as u32, lp[i])).collect() }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tensorfold_kernels::sampling::SamplingParams;
+
+    /// A lane whose step carries `draft`, seeded and hot so each position's draw differs, with a penalty.
+    fn drafting_lane(draft: Vec<u32>) -> PlannedLane {
+        let params = SamplingParams { temperature: 1.5, repetition_penalty: 1.2, seed: 9, ..Default::default() };
+        let sample = SampleSpec { params, history: vec![3, 4, 5], position: 40, logprobs: Some(2), draft };
+        PlannedLane { lane_id: 1, model: 0, tokens: Vec::new(), start_pos: 39, pages: Vec::new(), sample: Some(sample) }
+    }
+
+    #[test]
+    fn test_a_drafted_step_draws_at_each_row_what_plain_decoding_draws_there() {
+        let vocab = 50;
+        let rows: Vec<Vec<f32>> =
+            (0..5).map(|r| (0..vocab).map(|v| ((r * 13 + v * 7) % 11) as f32 * 0.1).collect()).collect();
+        // Plain decoding: one row a step, at positions 40, 41, ..., each with the history before it.
+        let mut plain = drafting_lane(Vec::new());
+        let mut ids = Vec::new();
+        for (j, row) in rows.iter().enumerate() {
+            let spec = plain.sample.as_mut().unwrap();
+            spec.position = 40 + j as u64;
+            let s = draw(&plain, row).remove(0);
+            plain.sample.as_mut().unwrap().history.push(s.id);
+            ids.push(s);
+        }
+        assert!(ids.windows(2).any(|w| w[0].id != w[1].id), "the rows draw different tokens");
+        let flat: Vec<f32> = rows.concat();
+        // A draft of the plain tokens is kept whole, and the row after it draws the next one.
+        let all = draw(&drafting_lane(ids[..4].iter().map(|s| s.id).collect()), &flat);
+        let got: Vec<(u32, Option<TokenLogprob>)> = all.iter().map(|s| (s.id, s.logprob.clone())).collect();
+        let want: Vec<(u32, Option<TokenLogprob>)> = ids.iter().map(|s| (s.id, s.logprob.clone())).collect();
+        assert_eq!(got, want);
+        // A draft that goes wrong at its third token keeps the first two and the row that disagreed.
+        let mut wrong: Vec<u32> = ids[..4].iter().map(|s| s.id).collect();
+        wrong[2] = (wrong[2] + 1) % vocab as u32;
+        let some = draw(&drafting_lane(wrong), &flat);
+        assert_eq!(some.iter().map(|s| s.id).collect::<Vec<_>>(), ids[..3].iter().map(|s| s.id).collect::<Vec<_>>());
+    }
 
     fn job() -> (Job, oneshot::Receiver<RoundOutput>) {
         let (reply, rx) = oneshot::channel();

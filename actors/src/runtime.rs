@@ -254,6 +254,7 @@ impl Runtime {
             stop_ids: work.stop_ids,
             logprobs: work.logprobs,
             cache: work.cache,
+            draft: work.draft,
             frames,
             to: actor.clone().recipient(),
             pcm: actor.clone().recipient(),

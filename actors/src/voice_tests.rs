@@ -50,7 +50,7 @@ impl VoiceState for FakeState {
 }
 
 async fn start(parallel: usize) -> Runtime {
-    let schedule = Schedule { round_tokens: 8, parallel, max_waiting: 64 };
+    let schedule = Schedule { round_tokens: 8, parallel, max_waiting: 64, draft_tokens: 0 };
     let cfg =
         RuntimeConfig { page_tokens: 4, kv_pages: Some(256), memory_limit: None, schedule, prefix_cache_tokens: 0 };
     let text = ModelSpec {

@@ -184,6 +184,8 @@ pub struct TokenWork {
     pub logprobs: Option<usize>,
     /// The prompt may resume from the prefix cache, and its full pages be cached for later prompts.
     pub cache: bool,
+    /// Decoding may draft tokens from the lane's own text and verify them; the output is the same either way.
+    pub draft: bool,
     pub output: Output,
 }
 

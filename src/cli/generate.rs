@@ -98,7 +98,7 @@ pub fn generate(args: GenerateArgs, settings: &Settings) -> Result<()> {
         page_tokens: PAGE_TOKENS,
         kv_pages: Some((prompt.len() + max_tokens).div_ceil(PAGE_TOKENS)),
         memory_limit: None,
-        schedule: Schedule { round_tokens: 512, parallel: 1, max_waiting: 1 },
+        schedule: Schedule { round_tokens: 512, parallel: 1, max_waiting: 1, draft_tokens: 0 },
         prefix_cache_tokens: 0,
     };
     let work = TokenWork {
@@ -109,6 +109,7 @@ pub fn generate(args: GenerateArgs, settings: &Settings) -> Result<()> {
         stop_strings: args.stop,
         logprobs: None,
         cache: false,
+        draft: false,
         output: Output::Text(Box::new(TokenizerDecoder::new(tokenizer))),
     };
     let request = ValidRequest { model: spec.name.clone(), work: Work::Tokens(work) };

@@ -44,7 +44,8 @@ pub fn serve(settings: &Settings) -> Result<()> {
     let (text, tokenizer, device) = model.into_spec(context, round_tokens, parallel);
     let fetcher = settings.fetcher()?;
     let text_path = model_path(settings, &fetcher)?;
-    let schedule = Schedule { round_tokens, parallel, max_waiting: size(Key::MaxWaiting) };
+    let draft_tokens = size(Key::DraftTokens);
+    let schedule = Schedule { round_tokens, parallel, max_waiting: size(Key::MaxWaiting), draft_tokens };
     let prefix_cache_tokens = match settings.is_on(Key::PrefixCache) {
         true => settings.size(Key::PrefixCacheTokens).unwrap_or(usize::MAX),
         false => 0,

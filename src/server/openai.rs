@@ -26,6 +26,8 @@ pub struct CommonParams {
     pub logit_bias: Option<Map<String, Value>>,
     /// `false` skips the prefix cache: no lookup, and the prompt's pages are not kept.
     pub cache: Option<bool>,
+    /// `false` turns drafting off for the request; its output is the same either way.
+    pub draft: Option<bool>,
 }
 
 #[derive(Debug, Default, PartialEq, serde::Deserialize)]
@@ -128,6 +130,7 @@ impl Fields {
             frequency_penalty: self.take("frequency_penalty")?,
             logit_bias: self.take("logit_bias")?,
             cache: self.take("cache")?,
+            draft: self.take("draft")?,
         })
     }
 }

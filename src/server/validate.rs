@@ -156,6 +156,7 @@ fn build(
         stop_strings,
         logprobs,
         cache: common.cache.unwrap_or(true),
+        draft: common.draft.unwrap_or(true),
         output: Output::Text(Box::new(TokenizerDecoder::new(Arc::clone(tokenizer)))),
     };
     Ok(Validated { request, reply })

@@ -32,6 +32,7 @@ pub enum Key {
     KvPages,
     PrefixCache,
     PrefixCacheTokens,
+    DraftTokens,
     RoundTokens,
     MemoryLimit,
     SpeechModel,

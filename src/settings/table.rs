@@ -80,6 +80,11 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::PrefixCacheTokens, Some("prefix-cache-tokens"), None, count(0, 1 << 40), Scope::Serve)
     },
     Setting {
+        default: Some("4"),
+        help: "most tokens a decoding lane drafts from its own prompt and output and verifies in one step; 0: off",
+        ..row(Key::DraftTokens, Some("draft-tokens"), None, count(0, 16), Scope::Serve)
+    },
+    Setting {
         default: Some("512"),
         help: "most tokens in one round's forward pass (prefill chunks share it)",
         ..row(Key::RoundTokens, Some("round-tokens"), None, count(1, 1 << 16), Scope::Serve)

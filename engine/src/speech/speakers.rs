@@ -79,6 +79,7 @@ impl SpeechFrontEnd {
             stop_strings: Vec::new(),
             logprobs: None,
             cache: true,
+            draft: false,
             output: Output::Speech(Box::new(frames)),
         })
     }

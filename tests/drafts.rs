@@ -1,0 +1,78 @@
+//! Drafting end to end on the default model: with drafts a request gives, bit for bit, what it gives with
+//! `"draft": false` (text, token logprobs, finish reason), greedy and seeded, alone and among other lanes.
+
+mod common;
+
+use common::server::Server;
+use serde_json::{json, Value};
+
+const CHAT: &str = "/v1/chat/completions";
+
+/// Tasks that copy from their prompt, where drafts are accepted, and free text, where they mostly fail.
+const TASKS: [&str; 6] = [
+    "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape, apple, banana, cherry, date.",
+    "Copy this sentence three times: The quick brown fox jumps over the lazy dog.",
+    "Rewrite this code with the same names: def add(total, item): total = total + item; return total",
+    "Echo back: one two three four five six seven eight nine ten one two three four five six.",
+    "Write a short poem about autumn leaves.",
+    "What is the capital of France?",
+];
+
+/// Request `i`: task i / 2, greedy for even i; odd ones draw hot enough that a draw at the wrong position differs.
+fn body(server: &Server, i: usize, draft: Option<bool>) -> Value {
+    let mut body = json!({
+        "model": server.model,
+        "messages": [{"role": "user", "content": TASKS[i / 2]}],
+        "max_tokens": 48 + 7 * (i / 2),
+        "logprobs": true,
+        "top_logprobs": 2,
+    });
+    if i.is_multiple_of(2) {
+        body["temperature"] = json!(0);
+    } else {
+        body["temperature"] = json!(1.3);
+        body["seed"] = json!(40 + i);
+    }
+    if i == 7 {
+        body["repetition_penalty"] = json!(1.1);
+    }
+    if let Some(draft) = draft {
+        body["draft"] = json!(draft);
+    }
+    body
+}
+
+/// The reply's choice: text, token logprobs and finish reason.
+fn choice(server: &Server, body: &Value) -> Value {
+    let response = server.post_json(CHAT, body);
+    assert_eq!(response.status, 200, "{}", response.text());
+    response.json()["choices"][0].clone()
+}
+
+#[test]
+fn test_drafted_output_equals_plain_output_alone_and_among_other_lanes() {
+    let server = Server::start(&["--parallel", "8", "--draft-tokens", "4"]);
+    let requests: Vec<usize> = (0..2 * TASKS.len()).collect();
+    let plain: Vec<Value> = requests.iter().map(|&i| choice(&server, &body(&server, i, Some(false)))).collect();
+    let before = server.metrics();
+    for (&i, plain) in requests.iter().zip(&plain) {
+        assert_eq!(&choice(&server, &body(&server, i, None)), plain, "drafted alone: request {i}");
+    }
+    let metrics = server.metrics();
+    let count = |name: &str| metrics.get(name).copied().unwrap_or(0.0) - before.get(name).copied().unwrap_or(0.0);
+    let (drafted, accepted) =
+        (count("tensorfold_drafted_tokens_total"), count("tensorfold_draft_accepted_tokens_total"));
+    assert!(accepted > 0.0 && drafted >= accepted, "drafted {drafted}, accepted {accepted}: no draft was kept");
+    // All at once, with plain lanes of the same tasks beside the drafting ones.
+    std::thread::scope(|scope| {
+        let server = &server;
+        let plain_again: Vec<_> =
+            requests.iter().map(|&i| scope.spawn(move || choice(server, &body(server, i, Some(false))))).collect();
+        let drafted: Vec<_> =
+            requests.iter().map(|&i| scope.spawn(move || choice(server, &body(server, i, None)))).collect();
+        for (i, (handle, again)) in drafted.into_iter().zip(plain_again).enumerate() {
+            assert_eq!(handle.join().unwrap(), plain[i], "drafted among others: request {i}");
+            assert_eq!(again.join().unwrap(), plain[i], "plain among others: request {i}");
+        }
+    });
+}
