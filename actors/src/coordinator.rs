@@ -16,6 +16,9 @@ use crate::round::{ModelId, PlannedCodec, PlannedLane, RoundOutput, RoundPlan, S
 use crate::runner::EngineRunner;
 use crate::voice::{VoiceLanes, VoiceRequest};
 
+/// Most decoding lanes in a round whose lanes still draft.
+const DRAFT_MAX_LANES: usize = 4;
+
 /// A token request waiting for a lane.
 #[derive(Message)]
 #[rtype(result = "Result<(), SubmitError>")]
@@ -220,6 +223,8 @@ impl Coordinator {
         let mut budget = self.schedule.round_tokens;
         let mut plan = RoundPlan::default();
         let decoding = |l: &Lane| l.num_planned >= l.prompt_len();
+        // Drafts pay where a round's rows are cheap; in a wide round every drafted row costs a decode's share.
+        let drafting = self.lanes.iter().filter(|l| decoding(l)).count() <= DRAFT_MAX_LANES;
         for pass_decode in [true, false] {
             for lane in self.lanes.iter_mut().filter(|l| decoding(l) == pass_decode) {
                 let start = lane.num_planned;
@@ -231,7 +236,7 @@ impl Coordinator {
                 // A decoding lane may carry a draft, within the round's budget and its own token budget.
                 let left = lane.request.max_tokens - lane.num_generated;
                 let most = self.schedule.draft_tokens.min(budget).min(left.saturating_sub(1));
-                let draft = match pass_decode && lane.request.draft {
+                let draft = match pass_decode && drafting && lane.request.draft {
                     true => lane.drafter.propose(&lane.tokens, most),
                     false => Vec::new(),
                 };

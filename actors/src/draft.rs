@@ -1,8 +1,8 @@
 //! Prompt-lookup drafting: a decoding lane proposes the tokens that followed the last place its recent tokens
 //! appeared in its own prompt and output, and backs off while its drafts keep failing.
 
-/// Longest and shortest n-grams matched.
-const NGRAMS: [usize; 2] = [3, 2];
+/// Tokens matched: shorter matches draft text that copies nothing too often.
+const NGRAMS: [usize; 1] = [3];
 /// Most rounds a lane waits after drafts that failed, doubling from one.
 const MAX_BACKOFF: u32 = 16;
 
@@ -52,7 +52,7 @@ impl Drafter {
                 self.backoff = (self.backoff * 2).clamp(1, MAX_BACKOFF);
                 self.wait = self.backoff;
             } else {
-                self.backoff = 0;
+                self.backoff /= 2;
             }
         }
         self.pending = 0;
@@ -72,11 +72,11 @@ mod tests {
         assert_eq!(d.propose(&tokens, 4), vec![7, 8, 5, 1]);
         assert_eq!(d.propose(&tokens, 2), vec![7, 8]);
         assert_eq!(d.propose(&[4, 5, 6], 4), Vec::<u32>::new(), "no earlier match");
-        assert_eq!(d.propose(&[5, 6, 1, 5, 6], 4), vec![1, 5, 6], "a bigram when no trigram matches");
+        assert_eq!(d.propose(&[5, 6, 1, 5, 6], 4), Vec::<u32>::new(), "a bigram is not enough");
     }
 
     #[test]
-    fn test_failed_drafts_make_the_lane_wait_longer_each_time_and_a_success_resets_it() {
+    fn test_failed_drafts_make_the_lane_wait_longer_each_time_and_a_success_halves_the_wait() {
         let mut d = Drafter::default();
         let tokens = [1, 2, 3, 4, 1, 2, 3];
         let draft = d.propose(&tokens, 4);
@@ -90,5 +90,8 @@ mod tests {
         d.accepted = 2;
         assert_eq!(d.settle(), (4, 2));
         assert!(!d.propose(&tokens, 4).is_empty(), "no wait after a success");
+        d.pending = 4;
+        d.settle();
+        assert!(d.propose(&tokens, 4).is_empty(), "a failure after it waits half as long as the last");
     }
 }
