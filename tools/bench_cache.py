@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Time to first token of a cold request on a long (about 2000 tokens) prompt of varied text (stdlib only).
 
-The prompt is built from --seed (random when not given, and printed), so a new seed is a cold prompt.
-tensorfold has no prefix cache yet, so every request is cold and --repeat only shows the spread; once a
-prefix cache exists, later repeats should be faster and report usage.prompt_tokens_details.cached_tokens.
---require-cold exits 1 if the first request reports a prefix-cache hit (cached_tokens > 0).
+The prompt is built from --seed (random when not given, and printed), so a new seed is a cold prompt; with
+the prefix cache on, later --repeat runs resume from it and report usage.prompt_tokens_details.cached_tokens.
+--require-cold exits 1 if the first request reports a prefix-cache hit (cached_tokens > 0). For the shared
+system prompt beside llama.cpp, see bench_prefix.py.
 
     python3 tools/bench_cache.py --base-url http://127.0.0.1:8000/v1 --require-cold
 """
