@@ -215,6 +215,21 @@ fn test_same_seed_repeats_and_seeds_pick_the_audio() {
     assert!(other_voice != by_seed[0], "voices leo and zac gave the same audio");
 }
 
+#[test]
+fn test_speech_resumed_from_the_prefix_cache_equals_it_fresh() {
+    let server = drama_server(&[]);
+    let body = speech_body(&long_text(), "zac", 5, "pcm");
+    let mut fresh_body = body.clone();
+    fresh_body["cache"] = json!(false);
+    let fresh = speak(&server, &fresh_body);
+    let hits = |s: &Server| s.metrics().get("tensorfold_prefix_cache_hits_total").copied().unwrap_or(0.0);
+    let first = speak(&server, &body);
+    let before = hits(&server);
+    let resumed = speak(&server, &body);
+    assert!(hits(&server) > before, "the second request did not resume from the cache");
+    assert!(first == fresh && resumed == fresh, "audio resumed from the prefix cache differs from it fresh");
+}
+
 /// Asserts a 400 with OpenAI's error envelope naming `param`, whose message contains `needle`.
 fn assert_invalid(response: &Response, param: Option<&str>, needle: &str, what: &str) {
     assert_eq!(response.status, 400, "{what}: {}", response.text());
