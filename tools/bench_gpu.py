@@ -591,8 +591,7 @@ def main():
     p.add_argument("settings", help="the JSON file of settings that run wrote")
     p.set_defaults(run=cmd_phase)
     args = parser.parse_args()
-    if args.command == "run":
-        args.streams = args.streams or [64, 256]
+    args.streams = (args.streams or [64, 256]) if args.command == "run" else None
     sys.exit(args.run(args) or 0)
 
 
