@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Exactness under load: a fixed set of greedy and seeded requests must give the same tokens alone and together.
+"""The three equalities: a fixed set of greedy and seeded requests must give the same tokens alone and together
+(concurrent = solo), resumed from the prefix cache and fresh (resumed = fresh), and with drafts and without
+(drafted = plain).
 
-Runs every request solo, one at a time, then all at once among background noise requests started at seeded
-random times, and prints one token_sha256 per request (sha256 of the completion text, or with --logprobs of
-the tokens the logprobs name). Exits 1 on any difference in text, finish_reason or usage.
+Runs every request solo with "cache": false and "draft": false, one at a time: the reference. Then the same
+requests all at once among background noise requests started at seeded random times; then each twice with the
+cache, the second resuming from the first; then each with drafts. Prints one token_sha256 per request (sha256 of
+the completion text, or with --logprobs of the tokens the logprobs name) and a count for each equality. Exits 1
+on any difference in text, finish_reason or usage (less its cached-token count).
 
     python3 tools/bench_concurrent.py --base-url http://127.0.0.1:8000/v1
     python3 tools/bench_concurrent.py --alone ...    # only the solo pass, e.g. to compare two builds
@@ -154,7 +158,7 @@ def main():
     args = parser.parse_args()
 
     endpoint = Endpoint(args.base_url, args.api_key)
-    requests = measured_requests(endpoint.model(), args.logprobs)
+    requests = with_fields(measured_requests(endpoint.model(), args.logprobs), cache=False, draft=False)
     solo = [run(endpoint, path, body) for path, body in requests]
     if args.alone:
         for i, result in enumerate(solo):
@@ -166,15 +170,33 @@ def main():
         noise = noise_requests(requests[0][1]["model"], args.noise)
         again = run_together(endpoint, requests, noise, random.Random(args.seed), args.spread)
 
-    differences = 0
-    for i, (first, second) in enumerate(zip(solo, again)):
-        keys = ("token_sha256", "text", "finish_reason", "usage")
-        same = all(first[key] == second[key] for key in keys)
-        differences += not same
-        mark = "" if same else f"  DIFFERS: solo {first['text']!r} vs concurrent {second['text']!r}"
-        print(f"{i:2} token_sha256={first['token_sha256']} finish={first['finish_reason']}{mark}")
-    print(f"{len(requests) - differences} of {len(requests)} identical")
-    return 1 if differences else 0
+    resumed = []
+    for path, body in with_fields(requests, cache=True):
+        run(endpoint, path, body)
+        resumed.append(run(endpoint, path, body))
+    drafted = [run(endpoint, path, body) for path, body in with_fields(requests, draft=True)]
+    counts, failed = [], False
+    for name, runs in (("concurrent=solo", again), ("resumed=fresh", resumed), ("drafted=plain", drafted)):
+        same = [equal(first, second) for first, second in zip(solo, runs)]
+        for i in (i for i, ok in enumerate(same) if not ok):
+            print(f"{i:2} {name} DIFFERS: {solo[i]['text']!r} vs {runs[i]['text']!r}")
+        counts.append(f"{name} {sum(same)}/{len(same)}")
+        failed |= not all(same)
+    for i, first in enumerate(solo):
+        print(f"{i:2} token_sha256={first['token_sha256']} finish={first['finish_reason']}")
+    print(", ".join(counts))
+    return 1 if failed else 0
+
+
+def with_fields(requests, **fields):
+    return [(path, dict(body, **fields)) for path, body in requests]
+
+
+def equal(first, second):
+    """Same tokens, text, finish reason and usage; how much of the prompt was cached is no part of the output."""
+    usage = lambda r: {k: v for k, v in (r["usage"] or {}).items() if k != "prompt_tokens_details"}  # noqa: E731
+    keys = ("token_sha256", "text", "finish_reason")
+    return all(first[k] == second[k] for k in keys) and usage(first) == usage(second)
 
 
 if __name__ == "__main__":
