@@ -55,8 +55,13 @@ impl PageBook {
 /// Evicts the least recently used idle cached page and the pages cached below it; false when none is idle.
 fn evict(cache: &mut PrefixIndex, free: &mut Vec<u32>) -> bool {
     let out = cache.evict_oldest();
-    free.extend(out.iter().filter(|(_, idle)| *idle).map(|(p, _)| *p));
+    free_idle(&out, free);
     !out.is_empty()
+}
+
+/// Pages dropped from the cache that no lease holds are free; held ones go back when their leases drop them.
+fn free_idle(dropped: &[(u32, bool)], free: &mut Vec<u32>) {
+    free.extend(dropped.iter().filter(|(_, idle)| *idle).map(|(p, _)| *p));
 }
 
 /// The coordinator's view of the KV pool: room, not page contents.
@@ -130,7 +135,7 @@ impl PagePool {
     pub fn clear_cache(&self) {
         let mut b = self.book.borrow_mut();
         let out = b.cache.clear();
-        b.free.extend(out.iter().filter(|(_, idle)| *idle).map(|(p, _)| *p));
+        free_idle(&out, &mut b.free);
     }
 }
 

@@ -80,7 +80,7 @@ fn test_a_prompt_resumes_from_the_cached_full_pages_of_its_longest_cached_prefix
     drop(first);
     assert_eq!((pool.num_used(), pool.num_cached()), (0, 2));
     let again = pool.admit(14, Some(&prompt)).unwrap();
-    assert_eq!((again.cached(), &again.pages()[..]), (8, &cached[..]));
+    assert_eq!((again.cached(), again.pages()), (8, &cached[..]));
     drop(again);
     // Eight ids fill two pages, but the last position must be computed for the first token: one page.
     assert_eq!(pool.admit(8, Some(&prompt[..8])).unwrap().cached(), 4);
