@@ -8,9 +8,11 @@ tokens/s per stream, the total output tokens/s, and TTFT p50/p95.
 """
 
 import argparse
+import contextlib
 import http.client
 import json
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -23,6 +25,7 @@ class Endpoint:
     """Host, port and path prefix of a base URL such as http://127.0.0.1:8000/v1."""
 
     def __init__(self, base_url, api_key=None):
+        self.base_url = base_url
         url = urllib.parse.urlsplit(base_url)
         if url.scheme != "http":
             raise SystemExit(f"only http:// base URLs are supported, got {base_url}")
@@ -47,6 +50,54 @@ class Endpoint:
 
     def model(self):
         return self.get_json("/models")["data"][0]["id"]
+
+    def healthy(self):
+        try:
+            conn = self.connect(timeout=5)
+            conn.request("GET", "/health")
+            status = conn.getresponse().status
+            conn.close()
+            return status == 200
+        except OSError:
+            return False
+
+    def metrics(self):
+        """The server's Prometheus counters and gauges without labels, by name."""
+        conn = self.connect()
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        pairs = (line.split() for line in text.splitlines() if line and not line.startswith("#"))
+        return {p[0]: float(p[1]) for p in pairs if len(p) == 2 and "{" not in p[0]}
+
+
+@contextlib.contextmanager
+def serve(binary, args, timeout_s=600):
+    """Runs `BINARY serve ARGS` on a free port; yields its /v1 Endpoint once /health answers, and stops it after."""
+    command = [binary, "serve", "--host", "127.0.0.1", "--port", "0", *args]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        lines, url = [], None
+        for line in server.stderr:
+            lines.append(line.rstrip())
+            if line.startswith("listening on http://"):
+                url = line.split()[-1]
+                break
+        if url is None:
+            server.wait()
+            raise SystemExit(f"tensorfold exited with {server.returncode}:\n" + "\n".join(lines[-20:]))
+        # Keeps draining stderr so the server never blocks on a full pipe.
+        threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
+        endpoint = Endpoint(url + "/v1")
+        deadline = time.time() + timeout_s
+        while not endpoint.healthy():
+            if time.time() > deadline or server.poll() is not None:
+                raise SystemExit("tensorfold did not become ready")
+            time.sleep(0.2)
+        yield endpoint
+    finally:
+        server.terminate()
+        server.wait()
 
 
 def sse_events(response):

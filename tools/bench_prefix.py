@@ -16,13 +16,12 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 from bench_cache import varied_text
+from bench_openai import serve
 
 QUESTIONS = [
     "Which word appears first in the text?", "How many sentences end with a question mark?",
@@ -76,31 +75,18 @@ def summary(result):
 
 
 def tensorfold_side(args, system):
-    cmd = [args.binary, "serve", "--model", args.model, "--port", str(args.port), "--parallel", str(args.streams),
-           "--threads", str(args.threads), "--no-voice"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{args.port}"
-    try:
-        deadline = time.time() + 180
-        while True:
-            try:
-                urllib.request.urlopen(base + "/health", timeout=2).read()
-                break
-            except OSError:
-                if time.time() > deadline or proc.poll() is not None:
-                    sys.exit("tensorfold did not start")
-                time.sleep(0.2)
-
-        # The model name is whatever /v1/models lists first.
-        name = json.loads(urllib.request.urlopen(base + "/v1/models").read())["data"][0]["id"]
+    serve_args = ["--model", args.model, "--parallel", str(args.streams), "--threads", str(args.threads), "--no-voice"]
+    with serve(args.binary, serve_args) as endpoint:
+        name = endpoint.model()
 
         def request(msgs, cache=True):
             body = {"model": name, "messages": msgs, "max_tokens": 1, "temperature": 0, "cache": cache}
-            req = urllib.request.Request(base + "/v1/chat/completions", json.dumps(body).encode(),
-                                         {"content-type": "application/json"})
+            conn = endpoint.connect()
             start = time.perf_counter()
-            reply = json.loads(urllib.request.urlopen(req, timeout=600).read())
+            conn.request("POST", endpoint.prefix + "/chat/completions", json.dumps(body), endpoint.headers)
+            reply = json.loads(conn.getresponse().read())
             seconds = time.perf_counter() - start
+            conn.close()
             return seconds, reply["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
 
         result = phases(request, system, args.streams)
@@ -109,9 +95,6 @@ def tensorfold_side(args, system):
         out = summary(result)
         out["streams_uncached_median_s"] = statistics.median(s for s, _ in uncached)
         return out
-    finally:
-        proc.terminate()
-        proc.wait()
 
 
 def llamacpp_side(args, system):
@@ -149,7 +132,6 @@ def main():
     parser.add_argument("--streams", type=int, default=8)
     parser.add_argument("--system-words", type=int, default=1100, help="words of the shared system prompt")
     parser.add_argument("--seed", type=int, default=17)
-    parser.add_argument("--port", type=int, default=18123)
     parser.add_argument("--skip", action="append", default=[], choices=["tensorfold", "llamacpp"])
     args = parser.parse_args()
     system = varied_text(random.Random(args.seed), args.system_words)

@@ -22,16 +22,16 @@ Any HTTP error, broken stream or stream without audio exits 1 with a message.
 """
 
 import argparse
+import contextlib
 import http.client
 import json
 import shlex
 import statistics
-import subprocess
 import sys
 import threading
 import time
 
-from bench_openai import Endpoint, parse_streams, percentile, sse_events
+from bench_openai import Endpoint, parse_streams, percentile, serve, sse_events
 
 RTF_DEFINITION = (
     "rtf = stream wall seconds (request sent to last byte) / audio seconds received; below 1 is faster than real time"
@@ -248,26 +248,12 @@ def run_config(endpoint, model, args, num_streams, num_text_streams, text_api):
     return row
 
 
-def start_server(args):
-    """Starts `BINARY serve` on a free port and returns the process and its /v1 URL once it listens."""
+def serve_args(args):
+    """The `serve` words for --binary: every stream gets a lane, with the models and any --serve-arg words."""
     parallel = args.parallel or max(parse_streams(args.streams)) + args.text_streams
-    command = [args.binary, "serve", "--host", "127.0.0.1", "--port", "0", "--parallel", str(parallel)]
-    command += (["--speech-model", args.speech_model] if args.speech_model else []) + (
-        ["--model", args.model] if args.model else []
-    )
-    command += [word for arg in args.serve_arg or [] for word in shlex.split(arg)]
-    print("starting: " + shlex.join(command), file=sys.stderr)
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines = []
-    for line in server.stderr:
-        lines.append(line.rstrip())
-        if line.startswith("listening on http://"):
-            url = line.split()[-1] + "/v1"
-            # Keeps draining stderr so the server never blocks on a full pipe.
-            threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
-            return server, url
-    server.wait()
-    raise BenchError(f"server exited with {server.returncode} before listening:\n" + "\n".join(lines[-20:]))
+    words = ["--parallel", str(parallel)] + (["--speech-model", args.speech_model] if args.speech_model else [])
+    words += ["--model", args.model] if args.model else []
+    return words + [word for arg in args.serve_arg or [] for word in shlex.split(arg)]
 
 
 def print_table(rows):
@@ -319,22 +305,13 @@ def main():
     if args.repeat < 1 or args.text_streams < 0:
         parser.error("--repeat must be at least 1 and --text-streams not negative")
 
-    server = None
     try:
-        if args.binary:
-            server, args.base_url = start_server(args)
-        args.base_url = args.base_url or "http://127.0.0.1:8000/v1"
-        bench(args)
+        with serve(args.binary, serve_args(args)) if args.binary else contextlib.nullcontext() as endpoint:
+            args.base_url = endpoint.base_url if endpoint else args.base_url or "http://127.0.0.1:8000/v1"
+            bench(args)
     except (BenchError, RuntimeError, OSError, http.client.HTTPException) as error:
         print(f"bench_speech: {args.base_url}: {error}", file=sys.stderr)
         return 1
-    finally:
-        if server:
-            server.terminate()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
     return 0
 
 

@@ -1,8 +1,10 @@
 //! Prompt-lookup drafting: a decoding lane proposes the tokens that followed the last place its recent tokens
 //! appeared in its own prompt and output, and backs off while its drafts keep failing.
 
-/// Tokens matched: shorter matches draft text that copies nothing too often.
-const NGRAMS: [usize; 1] = [3];
+/// Fewest tokens a match needs: shorter ones draft text that copies nothing too often.
+const MIN_MATCH: usize = 3;
+/// Longest match looked for: a longer one picks, among the places the last tokens appeared, the one most like now.
+const MAX_MATCH: usize = 8;
 /// Most rounds a lane waits after drafts that failed, doubling from one.
 const MAX_BACKOFF: u32 = 16;
 
@@ -19,7 +21,7 @@ pub struct Drafter {
 }
 
 impl Drafter {
-    /// Up to `most` tokens that followed the latest earlier occurrence of the last n tokens of `tokens`.
+    /// Up to `most` tokens that followed the earlier place whose tokens best match the last ones of `tokens`.
     pub fn propose(&mut self, tokens: &[u32], most: usize) -> Vec<u32> {
         if most == 0 {
             return Vec::new();
@@ -28,19 +30,22 @@ impl Drafter {
             self.wait -= 1;
             return Vec::new();
         }
-        for n in NGRAMS {
-            if tokens.len() <= n {
-                continue;
-            }
-            let key = &tokens[tokens.len() - n..];
-            if let Some(i) = (0..tokens.len() - n).rev().find(|&i| &tokens[i..i + n] == key) {
-                let draft: Vec<u32> = tokens[i + n..tokens.len().min(i + n + most)].to_vec();
-                if !draft.is_empty() {
-                    return draft;
+        let n = tokens.len();
+        // The latest start whose preceding tokens match the most of the last ones, from MIN_MATCH to MAX_MATCH.
+        let mut best = (0, 0);
+        for end in (MIN_MATCH..n).rev() {
+            let len = (1..=MAX_MATCH.min(end)).take_while(|&j| tokens[end - j] == tokens[n - j]).count();
+            if len > best.0 {
+                best = (len, end);
+                if len == MAX_MATCH {
+                    break;
                 }
             }
         }
-        Vec::new()
+        match best {
+            (len, end) if len >= MIN_MATCH => tokens[end..n.min(end + most)].to_vec(),
+            _ => Vec::new(),
+        }
     }
 
     /// The round's verdict on the pending draft: (drafted, accepted); a draft with nothing accepted makes the lane
@@ -64,6 +69,13 @@ impl Drafter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_the_longest_match_wins_over_a_later_shorter_one() {
+        let mut d = Drafter::default();
+        let tokens = [6, 1, 2, 3, 7, 9, 1, 2, 3, 8, 6, 1, 2, 3];
+        assert_eq!(d.propose(&tokens, 2), vec![7, 9], "four tokens match before the 7, three before the 8");
+    }
 
     #[test]
     fn test_a_draft_is_what_followed_the_latest_match_of_the_last_tokens() {

@@ -44,7 +44,11 @@ pub fn serve(settings: &Settings) -> Result<()> {
     let (text, tokenizer, device) = model.into_spec(context, round_tokens, parallel);
     let fetcher = settings.fetcher()?;
     let text_path = model_path(settings, &fetcher)?;
-    let draft_tokens = size(Key::DraftTokens);
+    // A CPU step of four rows costs little more than one of a row; a GPU step of eight costs about one of a row.
+    let draft_tokens = settings.size(Key::DraftTokens).unwrap_or(match settings.device() {
+        Device::Cuda => 7,
+        Device::Cpu => 3,
+    });
     let schedule = Schedule { round_tokens, parallel, max_waiting: size(Key::MaxWaiting), draft_tokens };
     let prefix_cache_tokens = match settings.is_on(Key::PrefixCache) {
         true => settings.size(Key::PrefixCacheTokens).unwrap_or(usize::MAX),

@@ -80,8 +80,8 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::PrefixCacheTokens, Some("prefix-cache-tokens"), None, count(0, 1 << 40), Scope::Serve)
     },
     Setting {
-        default: Some("4"),
-        help: "most tokens a decoding lane drafts from its own prompt and output and verifies in one step; 0: off",
+        help: "most tokens a decoding lane drafts from its own prompt and output and verifies in one step; 0: off; \
+               unset: 3 on the CPU, 7 on CUDA",
         ..row(Key::DraftTokens, Some("draft-tokens"), None, count(0, 16), Scope::Serve)
     },
     Setting {
