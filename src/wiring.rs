@@ -86,6 +86,31 @@ impl Loaded {
     }
 }
 
+/// The draft model at `path`, loaded where `target` runs, as a runtime model that drafts for it.
+pub fn draft_spec(
+    target: &Loaded,
+    path: &Path,
+    sizing: Sizing,
+    context: usize,
+    round_tokens: usize,
+) -> Result<ModelSpec> {
+    let mut quiet = |_: usize, _: usize| {};
+    let loading = || format!("--draft-model: loading {}", path.display());
+    let (engine, weight_bytes, activation_bytes): (Box<dyn Engine>, usize, usize) = match target {
+        Loaded::Cpu(_) => {
+            let m = tensorfold_engine::model::load(path, &mut quiet).with_context(loading)?;
+            let (weights, activations) =
+                (m.llama.num_weight_bytes(), m.llama.activation_bytes(round_tokens, sizing.max_lanes));
+            (Box::new(m.llama), weights, activations)
+        }
+        // The device's ledger holds a GPU model's weights and buffers already.
+        Loaded::Cuda(dev, _) => (Box::new(dev.load(path, sizing, &mut quiet).with_context(loading)?.llama), 0, 0),
+    };
+    tracing::info!(path = %path.display(), weight_bytes, "draft model loaded");
+    let kind = ModelKind::Draft { engine, target: target.name().to_string() };
+    Ok(ModelSpec { name: format!("{} (draft)", target.name()), kind, context, weight_bytes, activation_bytes })
+}
+
 /// Starts the runtime on the GPU's device actor when there is one.
 pub async fn start_runtime(
     device: Option<Addr<DeviceActor>>,

@@ -76,3 +76,43 @@ fn test_drafted_output_equals_plain_output_alone_and_among_other_lanes() {
         }
     });
 }
+
+#[test]
+fn test_with_the_model_as_its_own_draft_model_every_greedy_draft_is_kept_and_output_equals_plain() {
+    let model = tensorfold::settings::process_fetcher().and_then(|f| f.default_model_path()).expect("the model");
+    let path = model.to_str().expect("a UTF-8 path");
+    let server = Server::start_with_model(&model, &["--parallel", "4", "--draft-tokens", "3", "--draft-model", path]);
+    // Its drafts are the greedy tokens a batch-invariant forward gives, so a greedy lane keeps every one.
+    let greedy: Vec<usize> = (0..TASKS.len()).map(|t| 2 * t).collect();
+    let plain: Vec<Value> = greedy.iter().map(|&i| choice(&server, &body(&server, i, Some(false)))).collect();
+    let before = server.metrics();
+    for (&i, plain) in greedy.iter().zip(&plain) {
+        assert_eq!(&choice(&server, &body(&server, i, None)), plain, "drafted alone: request {i}");
+    }
+    let metrics = server.metrics();
+    let count = |name: &str| metrics.get(name).copied().unwrap_or(0.0) - before.get(name).copied().unwrap_or(0.0);
+    let (drafted, accepted) =
+        (count("tensorfold_drafted_tokens_total"), count("tensorfold_draft_accepted_tokens_total"));
+    assert!(drafted > 0.0 && accepted == drafted, "drafted {drafted}, accepted {accepted}");
+    // Seeded lanes beside greedy ones, all at once: the draft model's guesses never change a token.
+    let all: Vec<usize> = (0..8).collect();
+    let alone: Vec<Value> = all.iter().map(|&i| choice(&server, &body(&server, i, Some(false)))).collect();
+    std::thread::scope(|scope| {
+        let server = &server;
+        let drafted: Vec<_> =
+            all.iter().map(|&i| scope.spawn(move || choice(server, &body(server, i, None)))).collect();
+        for (i, handle) in drafted.into_iter().enumerate() {
+            assert_eq!(handle.join().unwrap(), alone[i], "drafted by the draft model among others: request {i}");
+        }
+    });
+}
+
+#[test]
+fn test_a_draft_model_that_does_not_load_is_a_clear_error_naming_the_flag() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tensorfold"))
+        .args(["serve", "--port", "0", "--draft-model", "/nonexistent/draft.gguf", "--no-voice"])
+        .output()
+        .expect("running tensorfold");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("--draft-model"), "{stderr}");
+}

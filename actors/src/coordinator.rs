@@ -12,12 +12,14 @@ use crate::kv::{Lease, PagePool};
 use crate::metrics::Metrics;
 use crate::request::{LaneFailed, LanePcm, LaneToken, VoiceAudio};
 use crate::request_types::{FinishReason, SubmitError};
-use crate::round::{ModelId, PlannedCodec, PlannedLane, RoundOutput, RoundPlan, SampleSpec};
+use crate::round::{ModelId, PlannedCodec, PlannedDraft, PlannedLane, RoundOutput, RoundPlan, SampleSpec};
 use crate::runner::EngineRunner;
 use crate::voice::{VoiceLanes, VoiceRequest};
 
 /// Most decoding lanes in a round whose lanes still draft.
 const DRAFT_MAX_LANES: usize = 4;
+/// Most tokens a draft model may lag its lane by and still draft this round; a longer lag catches up first.
+const DRAFT_MAX_LAG: usize = 16;
 
 /// A token request waiting for a lane.
 #[derive(Message)]
@@ -80,6 +82,19 @@ struct Lane {
     num_windows: usize,
     lease: Lease,
     drafter: Drafter,
+    shadow: Option<Shadow>,
+}
+
+/// A lane's place in its model's draft model: a lease in the draft model's pool, and how far its KV reaches.
+struct Shadow {
+    model: ModelId,
+    lease: Lease,
+    /// The lane's tokens whose KV the draft model holds.
+    seen: usize,
+    /// The end of a catch-up in the round in flight.
+    catch_up: Option<usize>,
+    /// The lane's length when the round in flight drafted for it.
+    drafted_from: Option<usize>,
 }
 
 impl Lane {
@@ -122,6 +137,8 @@ pub struct Coordinator {
     runner: EngineRunner,
     /// One page pool per model.
     pages: Vec<PagePool>,
+    /// Each model's draft model, if it has one.
+    drafts: Vec<Option<ModelId>>,
     schedule: Schedule,
     waiting: VecDeque<Enqueue>,
     lanes: Vec<Lane>,
@@ -135,11 +152,18 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    /// `pages` has one pool per model, empty for voices.
-    pub fn new(runner: EngineRunner, pages: Vec<PagePool>, schedule: Schedule, metrics: Arc<Metrics>) -> Coordinator {
+    /// `pages` has one pool per model, empty for voices; `drafts` names each model's draft model.
+    pub fn new(
+        runner: EngineRunner,
+        pages: Vec<PagePool>,
+        drafts: Vec<Option<ModelId>>,
+        schedule: Schedule,
+        metrics: Arc<Metrics>,
+    ) -> Coordinator {
         let coordinator = Coordinator {
             runner,
             pages,
+            drafts,
             schedule,
             waiting: VecDeque::new(),
             lanes: Vec::new(),
@@ -214,7 +238,14 @@ impl Coordinator {
         let tokens = request.prompt.clone();
         let num_planned = lease.cached();
         let drafter = Drafter::default();
-        self.lanes.push(Lane { request, tokens, num_planned, num_generated: 0, num_windows: 0, lease, drafter });
+        // Without room in the draft model's pool the lane drafts from its own text.
+        let draft_model = self.drafts.get(request.model).copied().flatten().filter(|_| request.draft);
+        let shadow = draft_model.and_then(|model| {
+            let lease = self.pages[model].admit(request.prompt.len() + request.max_tokens, None)?;
+            Some(Shadow { model, lease, seen: 0, catch_up: None, drafted_from: None })
+        });
+        let num_generated = 0;
+        self.lanes.push(Lane { request, tokens, num_planned, num_generated, num_windows: 0, lease, drafter, shadow });
         true
     }
 
@@ -236,14 +267,34 @@ impl Coordinator {
                 // A decoding lane may carry a draft, within the round's budget and its own token budget.
                 let left = lane.request.max_tokens - lane.num_generated;
                 let most = self.schedule.draft_tokens.min(budget).min(left.saturating_sub(1));
-                let draft = match pass_decode && drafting && lane.request.draft {
-                    true => lane.drafter.propose(&lane.tokens, most),
-                    false => Vec::new(),
-                };
-                budget -= draft.len();
-                lane.drafter.pending = draft.len();
-                lane.lease.grow_to(end + draft.len());
-                lane.num_planned = end + draft.len();
+                // Positions the draft takes: the lookup's tokens, or the draft model's, which the runner fills in.
+                let (mut draft, mut reserved) = (Vec::new(), 0);
+                if pass_decode && drafting && lane.request.draft && most > 0 && lane.drafter.ready() {
+                    match lane.shadow.as_mut() {
+                        Some(s) if end.saturating_sub(s.seen) <= DRAFT_MAX_LAG => {
+                            reserved = most;
+                            s.lease.grow_to(end + most);
+                            s.drafted_from = Some(end);
+                            plan.drafts.push(PlannedDraft {
+                                lane_id: lane.request.lane_id,
+                                model: s.model,
+                                tokens: lane.tokens[s.seen..end].to_vec(),
+                                start_pos: s.seen,
+                                pages: s.lease.pages().to_vec(),
+                                most,
+                            });
+                        }
+                        // Without a draft model, or while it catches up, the lane drafts from its own text.
+                        _ => {
+                            draft = crate::draft::lookup(&lane.tokens, most);
+                            reserved = draft.len();
+                            lane.drafter.pending = draft.len();
+                        }
+                    }
+                }
+                budget -= reserved;
+                lane.lease.grow_to(end + reserved);
+                lane.num_planned = end + reserved;
                 let sample = (end == lane.tokens.len()).then(|| SampleSpec {
                     params: lane.request.sampling.clone(),
                     history: if lane.request.sampling.repetition_penalty != 1.0 {
@@ -265,12 +316,32 @@ impl Coordinator {
                 });
             }
         }
+        self.plan_catch_ups(&mut plan);
         for window in self.codec.drain(..) {
             plan.codec.push(PlannedCodec { lane_id: window.lane_id, model: window.model, job: window.job });
             self.decoding.push(window.to);
         }
         plan.voices = self.voices.plan();
         plan
+    }
+
+    /// Draft models that lag their lanes take the lanes' known tokens, within a round's token budget of their own.
+    fn plan_catch_ups(&mut self, plan: &mut RoundPlan) {
+        let mut budget = self.schedule.round_tokens;
+        for lane in &mut self.lanes {
+            let Some(s) = lane.shadow.as_mut().filter(|s| s.drafted_from.is_none()) else { continue };
+            // The last token waits for the step that drafts after it.
+            let end = (s.seen + budget).min(lane.tokens.len().saturating_sub(1));
+            if end <= s.seen {
+                continue;
+            }
+            budget -= end - s.seen;
+            s.lease.grow_to(end);
+            s.catch_up = Some(end);
+            let (lane_id, model, start_pos) = (lane.request.lane_id, s.model, s.seen);
+            let (tokens, pages) = (lane.tokens[s.seen..end].to_vec(), s.lease.pages().to_vec());
+            plan.drafts.push(PlannedDraft { lane_id, model, tokens, start_pos, pages, most: 0 });
+        }
     }
 
     /// Takes a round's results into the lanes; what the requests must hear goes in the returned outbox.
@@ -284,6 +355,11 @@ impl Coordinator {
                 outbox.failed.push((lane.request.failed, LaneFailed { error: error.clone() }));
             }
             self.voices.fail(*lane_id, error);
+        }
+        for (lane_id, drafted) in &output.drafts {
+            if let Some(lane) = self.lanes.iter_mut().find(|l| l.request.lane_id == *lane_id) {
+                lane.drafter.pending = *drafted;
+            }
         }
         for s in output.sampled {
             let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == s.lane_id) else { continue };
@@ -329,10 +405,20 @@ impl Coordinator {
             outbox.tokens.push((lane.request.to.clone(), token));
             if finish.is_some() {
                 let mut lane = self.lanes.swap_remove(i);
+                // Drafts past the lane's last token were never in question: they count as neither kept nor not.
+                lane.drafter.pending = lane.drafter.pending.min(lane.drafter.accepted);
                 self.metrics.add_draft(lane.drafter.settle());
             }
         }
         for lane in &mut self.lanes {
+            if let Some(s) = lane.shadow.as_mut() {
+                s.seen = s.catch_up.take().unwrap_or(s.seen);
+                // The draft model took every drafted token but its last; those accepted are the lane's now.
+                if let Some(from) = s.drafted_from.take() {
+                    let (drafted, accepted) = (lane.drafter.pending, lane.drafter.accepted);
+                    s.seen = if drafted == 0 { 0 } else { from + accepted.min(drafted - 1) };
+                }
+            }
             self.metrics.add_draft(lane.drafter.settle());
         }
         let mut audio = output.audio.into_iter();

@@ -21,31 +21,21 @@ pub struct Drafter {
 }
 
 impl Drafter {
-    /// Up to `most` tokens that followed the earlier place whose tokens best match the last ones of `tokens`.
+    /// The lookup's draft of up to `most` tokens, unless the lane is waiting after failed drafts.
     pub fn propose(&mut self, tokens: &[u32], most: usize) -> Vec<u32> {
-        if most == 0 {
-            return Vec::new();
+        match most > 0 && self.ready() {
+            true => lookup(tokens, most),
+            false => Vec::new(),
         }
+    }
+
+    /// Whether the lane drafts this round; a round of waiting passes each time it is asked.
+    pub fn ready(&mut self) -> bool {
         if self.wait > 0 {
             self.wait -= 1;
-            return Vec::new();
+            return false;
         }
-        let n = tokens.len();
-        // The latest start whose preceding tokens match the most of the last ones, from MIN_MATCH to MAX_MATCH.
-        let mut best = (0, 0);
-        for end in (MIN_MATCH..n).rev() {
-            let len = (1..=MAX_MATCH.min(end)).take_while(|&j| tokens[end - j] == tokens[n - j]).count();
-            if len > best.0 {
-                best = (len, end);
-                if len == MAX_MATCH {
-                    break;
-                }
-            }
-        }
-        match best {
-            (len, end) if len >= MIN_MATCH => tokens[end..n.min(end + most)].to_vec(),
-            _ => Vec::new(),
-        }
+        true
     }
 
     /// The round's verdict on the pending draft: (drafted, accepted); a draft with nothing accepted makes the lane
@@ -63,6 +53,26 @@ impl Drafter {
         self.pending = 0;
         self.accepted = 0;
         verdict
+    }
+}
+
+/// Up to `most` tokens that followed the earlier place whose tokens best match the last ones of `tokens`.
+pub fn lookup(tokens: &[u32], most: usize) -> Vec<u32> {
+    let n = tokens.len();
+    // The latest start whose preceding tokens match the most of the last ones, from MIN_MATCH to MAX_MATCH.
+    let mut best = (0, 0);
+    for end in (MIN_MATCH..n).rev() {
+        let len = (1..=MAX_MATCH.min(end)).take_while(|&j| tokens[end - j] == tokens[n - j]).count();
+        if len > best.0 {
+            best = (len, end);
+            if len == MAX_MATCH {
+                break;
+            }
+        }
+    }
+    match best {
+        (len, end) if len >= MIN_MATCH => tokens[end..n.min(end + most)].to_vec(),
+        _ => Vec::new(),
     }
 }
 

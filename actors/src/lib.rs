@@ -4,6 +4,7 @@ pub mod coordinator;
 pub mod cuda_driver;
 pub mod device;
 pub mod draft;
+pub mod draft_model;
 pub mod kv;
 pub mod ledger;
 pub mod metrics;
@@ -16,6 +17,8 @@ pub mod runtime;
 pub mod stop;
 pub mod voice;
 
+#[cfg(test)]
+mod draft_model_tests;
 #[cfg(test)]
 mod runtime_tests;
 #[cfg(test)]

@@ -35,9 +35,25 @@ pub struct PlannedLane {
     pub sample: Option<SampleSpec>,
 }
 
+/// A lane's turn on its draft model, before the round's forward pass: the draft model's KV takes `tokens` from
+/// `start_pos`, then it draws `most` tokens greedily, one step each, which the lane's step verifies.
+#[derive(Clone, Debug)]
+pub struct PlannedDraft {
+    pub lane_id: u64,
+    pub model: ModelId,
+    pub tokens: Vec<u32>,
+    pub start_pos: usize,
+    /// The lane's pages in the draft model's pool.
+    pub pages: Vec<u32>,
+    /// 0 only catches the draft model's KV up.
+    pub most: usize,
+}
+
 #[derive(Debug, Default)]
 pub struct RoundPlan {
     pub lanes: Vec<PlannedLane>,
+    /// Draft model steps, run before the lanes whose drafts they make.
+    pub drafts: Vec<PlannedDraft>,
     /// One step of each voice lane.
     pub voices: Vec<PlannedVoice>,
     /// Codec windows of speech lanes, decoded after the forward pass, in the round after their last frame was drawn.
@@ -54,7 +70,7 @@ pub struct PlannedCodec {
 
 impl RoundPlan {
     pub fn is_empty(&self) -> bool {
-        self.lanes.is_empty() && self.codec.is_empty() && self.voices.is_empty()
+        self.lanes.is_empty() && self.codec.is_empty() && self.voices.is_empty() && self.drafts.is_empty()
     }
 }
 
@@ -69,6 +85,8 @@ pub struct Sampled {
 #[derive(Default)]
 pub struct RoundOutput {
     pub sampled: Vec<Sampled>,
+    /// How many tokens each lane's draft model drafted for it this round.
+    pub drafts: Vec<(u64, usize)>,
     /// PCM of each planned codec window, in plan order, or why it failed.
     pub audio: Vec<(u64, Result<Vec<f32>, EngineError>)>,
     pub voices: Vec<VoiceOutput>,

@@ -101,8 +101,9 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Each model's lanes in one batched forward pass, then the round's codec windows.
-fn run_round(models: &mut [ModelSlot], plan: RoundPlan) -> RoundOutput {
+/// Draft models' steps, each model's lanes in one batched forward pass, then the round's codec windows.
+fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
+    let drafts = crate::draft_model::draft(models, &mut plan);
     let (mut sampled, mut failed) = (Vec::new(), Vec::new());
     for (m, slot) in models.iter_mut().enumerate() {
         let ModelSlot::Tokens { engine, pool, .. } = slot else { continue };
@@ -177,7 +178,7 @@ fn run_round(models: &mut [ModelSlot], plan: RoundPlan) -> RoundOutput {
             }
         })
         .collect();
-    RoundOutput { sampled, audio, voices, failed }
+    RoundOutput { sampled, drafts, audio, voices, failed }
 }
 
 /// A greedy lane without log-probabilities needs only the index of its largest logit, which the engine finds; a

@@ -50,6 +50,9 @@ pub enum ModelKind {
     Tokens { engine: Box<dyn Engine>, codec: Option<Box<dyn Codec>> },
     /// Voice lanes: a sentence step, then a window of audio per round.
     Voice(Box<dyn Voice>),
+    /// A draft model of the token model named `target`, with the same vocabulary: requests do not name it; it
+    /// drafts for the target's lanes in the same rounds.
+    Draft { engine: Box<dyn Engine>, target: String },
 }
 
 /// One model the runtime serves; requests name it.
@@ -77,6 +80,10 @@ pub enum StartError {
     DeviceGone,
     #[error("two models are registered as {0:?}")]
     DuplicateName(String),
+    #[error("the draft model {draft:?} drafts for {target:?}, which is not a token model loaded beside it")]
+    NoDraftTarget { draft: String, target: String },
+    #[error("the draft model {draft:?} has {draft_vocab} tokens and its target {target_vocab}: they must be the same")]
+    DraftVocabulary { draft: String, draft_vocab: usize, target_vocab: usize },
 }
 
 /// What a registered model runs, as requests are checked against it.
@@ -142,14 +149,17 @@ impl Runtime {
         let fixed = device.send(Snapshot).await.map_err(gone)?.total_used;
         let num_models = models.len().max(1);
         let (mut slots, mut pages, mut registry) = (Vec::new(), Vec::new(), HashMap::new());
+        let (mut drafts, mut vocabs) = (Vec::new(), Vec::new());
         for m in models {
             let limits = Limits { context: m.context, max_waiting: cfg.schedule.max_waiting };
-            let engine = match m.kind {
-                ModelKind::Tokens { engine, codec } => (engine, codec),
+            let (engine, target) = match m.kind {
+                ModelKind::Tokens { engine, codec } => ((engine, codec), None),
+                ModelKind::Draft { engine, target } => ((engine, None), Some(target)),
                 ModelKind::Voice(voice) => {
                     registry.insert(m.name, Registered { id: slots.len(), runs: Runs::Voice, limits });
                     slots.push(ModelSlot::Voice(voice));
-                    pages.push((0, cfg.page_tokens));
+                    vocabs.push(0);
+                    pages.push((0, cfg.page_tokens, false));
                     continue;
                 }
             };
@@ -186,17 +196,33 @@ impl Runtime {
                 kv_tokens = num_pages * cfg.page_tokens,
                 "memory"
             );
-            registry.insert(m.name, Registered { id: slots.len(), runs: Runs::Tokens, limits });
+            let vocab = engine.0.vocab_size();
+            vocabs.push(vocab);
+            // A draft model's pool keeps no prefix cache: its lanes catch up on their prompts in the rounds.
+            pages.push((num_pages, cfg.page_tokens, target.is_none()));
+            match target {
+                Some(target) => drafts.push((m.name, target, slots.len(), vocab)),
+                None => _ = registry.insert(m.name, Registered { id: slots.len(), runs: Runs::Tokens, limits }),
+            }
             slots.push(ModelSlot::Tokens { engine: engine.0, pool, codec: engine.1 });
-            pages.push((num_pages, cfg.page_tokens));
+        }
+        let mut draft_of = vec![None; slots.len()];
+        for (draft, target, id, draft_vocab) in drafts {
+            let found = registry.get(&target).filter(|r| r.runs == Runs::Tokens).map(|r| r.id);
+            let Some(t) = found else { return Err(StartError::NoDraftTarget { draft, target }) };
+            if vocabs[t] != draft_vocab {
+                return Err(StartError::DraftVocabulary { draft, draft_vocab, target_vocab: vocabs[t] });
+            }
+            draft_of[t] = Some(id);
         }
         let runner = EngineRunner::spawn(slots)?;
         let metrics = Arc::new(Metrics::default());
         let (schedule, m, cache_tokens) = (cfg.schedule, metrics.clone(), cfg.prefix_cache_tokens);
         let arbiter = Arbiter::new();
         let coordinator = Coordinator::start_in_arbiter(&arbiter.handle(), move |_| {
-            let pools = pages.into_iter().map(|(n, t)| PagePool::new(n, t, cache_tokens)).collect();
-            Coordinator::new(runner, pools, schedule, m)
+            let pool =
+                |(n, t, caches): (usize, usize, bool)| PagePool::new(n, t, if caches { cache_tokens } else { 0 });
+            Coordinator::new(runner, pages.into_iter().map(pool).collect(), draft_of, schedule, m)
         });
         Ok(Runtime {
             models: Arc::new(registry),

@@ -13,7 +13,9 @@ use crate::cuda_setup::Device;
 use crate::server::ServeConfig;
 use crate::settings::cli::{MODEL, SERVE, SPEECH};
 use crate::settings::{Key, Settings, TableArgs};
-use crate::wiring::{context, drama_spec, hibari_speaker, load, model_path, same_path, start_runtime, Loaded};
+use crate::wiring::{
+    context, draft_spec, drama_spec, hibari_speaker, load, model_path, same_path, start_runtime, Loaded,
+};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -36,6 +38,10 @@ pub fn serve(settings: &Settings) -> Result<()> {
     };
     let model = load(settings, sizing, memory_limit)?;
     let context = context(settings, model.config().max_position)?;
+    let draft = match settings.path(Key::DraftModel) {
+        Some(path) => Some(draft_spec(&model, path, sizing, context, round_tokens)?),
+        None => None,
+    };
     // On a GPU the KV pages take what the ledger's cap leaves.
     let memory_limit = match &model {
         Loaded::Cuda(dev, _) => Some(dev.cap),
@@ -57,7 +63,7 @@ pub fn serve(settings: &Settings) -> Result<()> {
     let kv_pages = settings.size(Key::KvPages);
     let cfg = RuntimeConfig { page_tokens, kv_pages, memory_limit, schedule, prefix_cache_tokens };
     let name = text.name.clone();
-    let mut models = vec![text];
+    let mut models: Vec<_> = std::iter::once(text).chain(draft).collect();
     let mut speakers = Speakers::default();
     if let Some(dir) = speech_model {
         let (llama, codec, mut front) =

@@ -36,6 +36,7 @@ pub enum Key {
     RoundTokens,
     MemoryLimit,
     SpeechModel,
+    DraftModel,
     NoVoice,
     CacheDir,
     XdgCacheHome,

@@ -85,6 +85,11 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::DraftTokens, Some("draft-tokens"), None, count(0, 16), Scope::Serve)
     },
     Setting {
+        help: "a smaller model with the same vocabulary (.gguf or Hugging Face directory) whose greedy tokens are the \
+               drafts; unset: drafts come from each lane's own text",
+        ..row(Key::DraftModel, Some("draft-model"), None, Kind::Path, Scope::Serve)
+    },
+    Setting {
         default: Some("512"),
         help: "most tokens in one round's forward pass (prefill chunks share it)",
         ..row(Key::RoundTokens, Some("round-tokens"), None, count(1, 1 << 16), Scope::Serve)

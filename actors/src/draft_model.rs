@@ -1,0 +1,58 @@
+//! A draft model's turn in a round: it catches each lane's KV up, then drafts greedily a token a step, every lane
+//! of the model in one batched pass per step, before the round's forward pass verifies the drafts.
+
+use tensorfold_engine::boundary::{LaneStep, Logits};
+
+use crate::round::{PlannedDraft, RoundPlan};
+use crate::runner::ModelSlot;
+
+/// Runs the plan's draft steps and hands each lane's draft to its step; returns how many tokens each lane got.
+/// A failed draft pass drafts nothing for its lanes: a draft only changes how fast the lane goes, never its tokens.
+pub fn draft(models: &mut [ModelSlot], plan: &mut RoundPlan) -> Vec<(u64, usize)> {
+    let mut made = Vec::new();
+    for (m, slot) in models.iter_mut().enumerate() {
+        let ModelSlot::Tokens { engine, pool, .. } = slot else { continue };
+        let mine: Vec<&PlannedDraft> = plan.drafts.iter().filter(|d| d.model == m).collect();
+        let Some(steps) = mine.iter().map(|d| d.most).max() else { continue };
+        let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); mine.len()];
+        for i in 0..steps.max(1) {
+            let lanes: Vec<(usize, LaneStep)> = mine
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| i == 0 || d.most > i)
+                .map(|(j, d)| {
+                    let (tokens, start_pos) = match i {
+                        0 => (&d.tokens[..], d.start_pos),
+                        _ => (&drafts[j][i - 1..i], d.start_pos + d.tokens.len() + i - 1),
+                    };
+                    let logits = if d.most > i { Logits::Argmax } else { Logits::None };
+                    (j, LaneStep { tokens, start_pos, pages: &d.pages, logits })
+                })
+                .collect();
+            let (which, steps): (Vec<usize>, Vec<LaneStep>) = lanes.into_iter().unzip();
+            match engine.forward(pool, &steps) {
+                Ok(logits) => {
+                    for (j, row) in which.into_iter().zip(logits) {
+                        drafts[j].extend(row.first().map(|&id| id as u32));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(model = m, error = %e, "a draft pass failed; its lanes go on without drafts");
+                    drafts.iter_mut().for_each(Vec::clear);
+                    break;
+                }
+            }
+        }
+        made.extend(mine.iter().zip(drafts).filter(|(d, _)| d.most > 0).map(|(d, t)| (d.lane_id, t)));
+    }
+    let mut counts = Vec::with_capacity(made.len());
+    for (lane_id, tokens) in made {
+        counts.push((lane_id, tokens.len()));
+        let Some(lane) = plan.lanes.iter_mut().find(|l| l.lane_id == lane_id) else { continue };
+        if let Some(sample) = lane.sample.as_mut() {
+            lane.tokens.extend_from_slice(&tokens);
+            sample.draft = tokens;
+        }
+    }
+    counts
+}
