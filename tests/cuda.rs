@@ -1,147 +1,23 @@
-//! The CUDA backend on a GPU: batch invariance, chunked prefill, agreement with the CPU path, the ledger
-//! and the runtime. Every test skips with a one-line reason where no GPU is found.
+//! The CUDA backend on a GPU: batch invariance, chunked prefill, agreement with the CPU path and the ledger
+//! (the runtime on CUDA is in cuda_runtime.rs). Every test skips with a one-line reason where no GPU is found.
 
 mod common;
 
-use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use safetensors::tensor::{Dtype, TensorView};
-use serde_json::{json, Value};
 use tensorfold::cuda_setup::CudaDevice;
-use tensorfold_actors::coordinator::Schedule;
 use tensorfold_actors::cuda_driver::CudaDriver;
 use tensorfold_actors::device::{spawn_device, Allocate, Snapshot};
 use tensorfold_actors::ledger::{DevicePtr, DriverError, DriverTable, Ledger, LedgerError, MemoryKind};
-use tensorfold_actors::request_types::{Event, Output, TextDecoder, TokenWork, ValidRequest, Work};
-use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
 use tensorfold_engine::boundary::{Engine, KvPool, LaneStep, Logits};
 use tensorfold_engine::checkpoint::hf::HfCheckpoint;
 use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};
-use tensorfold_engine::llama::cuda::{CudaLlama, CudaOptions, Sizing};
+use tensorfold_engine::llama::cuda::{CudaLlama, Sizing};
 use tensorfold_engine::llama::Llama;
-use tensorfold_engine::memory::{Held, MemoryError};
-use tensorfold_engine::sampling::SamplingParams;
 
+use common::cuda::{checkpoint, gpu, load, same_bits, switch, tokens, VOCAB};
 use common::Rng;
-
-const VOCAB: usize = 1000;
-
-/// The GPU, or `None` after printing why the test is skipped.
-fn gpu() -> Option<CudaDevice> {
-    let fetcher = tensorfold::settings::process_fetcher().expect("a cache directory");
-    match CudaDevice::open(None, CudaOptions::default(), &fetcher) {
-        Ok(dev) => Some(dev),
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            None
-        }
-    }
-}
-
-fn config(arch: &str) -> Value {
-    let mut c = json!({
-        "model_type": arch, "vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 2048,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-        "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 8192,
-        "tie_word_embeddings": false
-    });
-    if arch == "llama" {
-        // One query head per KV head, of the largest size the kernels take.
-        c["num_attention_heads"] = json!(2);
-        c["num_key_value_heads"] = json!(2);
-        c["head_dim"] = json!(128);
-        c["rope_scaling"] = json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 64});
-    }
-    c
-}
-
-/// A seeded random checkpoint in bf16; Qwen2 gets q/k/v biases and Qwen3 per-head q/k norms.
-fn checkpoint(arch: &str, seed: u64) -> tempfile::TempDir {
-    let c = config(arch);
-    let n = |k: &str| c[k].as_u64().unwrap() as usize;
-    let (h, f, d) = (n("hidden_size"), n("intermediate_size"), n("head_dim"));
-    let (q, kv) = (n("num_attention_heads") * d, n("num_key_value_heads") * d);
-    let mut shapes: Vec<(String, Vec<usize>, f32, f32)> = vec![
-        ("model.embed_tokens.weight".into(), vec![VOCAB, h], 0.0, 1.0),
-        ("model.norm.weight".into(), vec![h], 1.0, 0.1),
-        ("lm_head.weight".into(), vec![VOCAB, h], 0.0, 0.2),
-    ];
-    for l in 0..n("num_hidden_layers") {
-        let p = format!("model.layers.{l}");
-        for (name, shape) in [
-            ("self_attn.q_proj.weight", vec![q, h]),
-            ("self_attn.k_proj.weight", vec![kv, h]),
-            ("self_attn.v_proj.weight", vec![kv, h]),
-            ("self_attn.o_proj.weight", vec![h, q]),
-            ("mlp.gate_proj.weight", vec![f, h]),
-            ("mlp.up_proj.weight", vec![f, h]),
-            ("mlp.down_proj.weight", vec![h, f]),
-        ] {
-            shapes.push((format!("{p}.{name}"), shape, 0.0, 0.08));
-        }
-        shapes.push((format!("{p}.input_layernorm.weight"), vec![h], 1.0, 0.1));
-        shapes.push((format!("{p}.post_attention_layernorm.weight"), vec![h], 1.0, 0.1));
-        if arch == "qwen2" {
-            for (name, len) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
-                shapes.push((format!("{p}.self_attn.{name}.bias"), vec![len], 0.0, 0.1));
-            }
-        }
-        if arch == "qwen3" {
-            shapes.push((format!("{p}.self_attn.q_norm.weight"), vec![d], 1.0, 0.1));
-            shapes.push((format!("{p}.self_attn.k_norm.weight"), vec![d], 1.0, 0.1));
-        }
-    }
-    let mut rng = Rng(seed);
-    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = shapes
-        .into_iter()
-        .map(|(name, shape, mean, std)| {
-            let len: usize = shape.iter().product();
-            let bytes =
-                (0..len).flat_map(|_| half::bf16::from_f32(mean + std * normal(&mut rng)).to_le_bytes()).collect();
-            (name, shape, bytes)
-        })
-        .collect();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("config.json"), c.to_string()).unwrap();
-    let views = tensors
-        .iter()
-        .map(|(name, shape, bytes)| (name.as_str(), TensorView::new(Dtype::BF16, shape.clone(), bytes).unwrap()));
-    safetensors::serialize_to_file(views, &None, &dir.path().join("model.safetensors")).unwrap();
-    dir
-}
-
-/// A standard normal draw (Box-Muller).
-fn normal(rng: &mut Rng) -> f32 {
-    let u = ((rng.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-    let v = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
-    ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()) as f32
-}
-
-fn load(dev: &CudaDevice, dir: &Path, sizing: Sizing) -> CudaLlama {
-    let ckpt = HfCheckpoint::open(dir).unwrap();
-    let mut alloc = |kind, bytes| -> Result<Held, MemoryError> {
-        dev.allocate(kind, bytes).map(|a| Box::new(a) as Held).map_err(|e| MemoryError(e.to_string()))
-    };
-    CudaLlama::load(&ckpt, dev.gpu.clone(), sizing, CudaOptions::default(), &mut alloc, &mut |_, _| {}).unwrap()
-}
-
-/// Sets the model's switches for the rounds that follow.
-fn switch(model: &mut CudaLlama, set: impl FnOnce(&mut CudaOptions)) {
-    let mut options = model.options();
-    set(&mut options);
-    model.set_options(options);
-}
-
-fn same_bits(a: &[f32], b: &[f32]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
-}
-
-fn tokens(rng: &mut Rng, n: usize) -> Vec<u32> {
-    (0..n).map(|_| rng.below(VOCAB as u64) as u32).collect()
-}
 
 #[test]
 fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
@@ -465,125 +341,4 @@ async fn test_a_refused_allocation_never_reaches_the_driver_and_a_failed_one_is_
     assert_eq!((calls.allocs.load(Ordering::SeqCst), calls.failures.load(Ordering::SeqCst)), (1, 1));
     let after = device.send(Snapshot).await.unwrap();
     assert_eq!(after.total_used, 0, "the failed allocation was not refunded");
-}
-
-struct Ids;
-
-impl TextDecoder for Ids {
-    fn push(&mut self, id: u32) -> String {
-        format!("{id} ")
-    }
-    fn finish(&mut self) -> String {
-        String::new()
-    }
-}
-
-fn request(prompt: Vec<u32>, seed: u64) -> ValidRequest {
-    cached_request(prompt, seed, false)
-}
-
-fn cached_request(prompt: Vec<u32>, seed: u64, cache: bool) -> ValidRequest {
-    let sampling =
-        SamplingParams { temperature: 0.9, top_k: 50, top_p: 0.95, min_p: 0.0, repetition_penalty: 1.0, seed };
-    let work = TokenWork {
-        prompt,
-        max_tokens: 24,
-        sampling,
-        stop_ids: Vec::new(),
-        stop_strings: Vec::new(),
-        logprobs: None,
-        cache,
-        draft: false,
-        output: Output::Text(Box::new(Ids)),
-    };
-    ValidRequest { model: "qwen2".into(), work: Work::Tokens(work) }
-}
-
-async fn collect(runtime: &Runtime, req: ValidRequest) -> Vec<u32> {
-    let mut events = runtime.submit(req).await.unwrap();
-    let mut ids = Vec::new();
-    while let Some(e) = events.recv().await {
-        match e {
-            Event::Token { id, .. } => ids.push(id),
-            Event::Done { .. } => return ids,
-            Event::Error(e) => panic!("{e}"),
-            Event::Audio { .. } => panic!("audio from a text lane"),
-        }
-    }
-    ids
-}
-
-/// The runtime over a seeded Qwen2 checkpoint on the GPU, with a prefix cache of `cache_tokens` positions.
-async fn cuda_runtime(dev: &CudaDevice, cache_tokens: usize) -> Runtime {
-    let dir = checkpoint("qwen2", 30);
-    let model = load(dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 8, context: 512 });
-    let spec = ModelSpec {
-        name: "qwen2".into(),
-        kind: ModelKind::Tokens { engine: Box::new(model), codec: None },
-        context: 512,
-        weight_bytes: 0,
-        activation_bytes: 0,
-    };
-    let cfg = RuntimeConfig {
-        page_tokens: PAGE_TOKENS,
-        kv_pages: Some(512),
-        memory_limit: None,
-        schedule: Schedule { round_tokens: 64, parallel: 8, max_waiting: 64, draft_tokens: 0 },
-        prefix_cache_tokens: cache_tokens,
-    };
-    Runtime::start_on(dev.device.clone(), vec![spec], cfg).await.unwrap()
-}
-
-#[actix::test]
-async fn test_on_cuda_a_prompt_resumed_from_cached_pages_gives_its_fresh_tokens() {
-    let Some(dev) = gpu() else { return };
-    let runtime = Arc::new(cuda_runtime(&dev, 1 << 16).await);
-    let mut rng = Rng(57);
-    let shared = tokens(&mut rng, 3 * PAGE_TOKENS + 3);
-    // Tails after one, two or three shared pages, so prompts resume at each page boundary.
-    let prompts: Vec<Vec<u32>> =
-        (0..9).map(|i| [&shared[..PAGE_TOKENS * (1 + i % 3)], &tokens(&mut rng, 4 + 5 * i)[..]].concat()).collect();
-    let mut fresh = Vec::new();
-    for (i, p) in prompts.iter().enumerate() {
-        fresh.push(collect(&runtime, cached_request(p.clone(), i as u64, false)).await);
-    }
-    for (i, p) in prompts.iter().enumerate() {
-        let resumed = collect(&runtime, cached_request(p.clone(), i as u64, true)).await;
-        assert_eq!(resumed, fresh[i], "prompt {i} resumed alone");
-    }
-    let handles: Vec<_> = (prompts.iter().enumerate())
-        .map(|(i, p)| {
-            let (rt, req) = (runtime.clone(), cached_request(p.clone(), i as u64, true));
-            actix::spawn(async move { collect(&rt, req).await })
-        })
-        .collect();
-    for (i, h) in handles.into_iter().enumerate() {
-        assert_eq!(h.await.unwrap(), fresh[i], "prompt {i} resumed among others");
-    }
-}
-
-#[actix::test]
-async fn test_the_runtime_on_cuda_gives_each_request_its_solo_tokens_among_others() {
-    let Some(dev) = gpu() else { return };
-    let runtime = cuda_runtime(&dev, 0).await;
-    let mut rng = Rng(31);
-    let prompts: Vec<Vec<u32>> = (0..12).map(|i| tokens(&mut rng, 5 + 17 * i)).collect();
-    let mut solo = Vec::new();
-    for (i, p) in prompts.iter().enumerate() {
-        solo.push(collect(&runtime, request(p.clone(), i as u64)).await);
-    }
-    let runtime = Arc::new(runtime);
-    let handles: Vec<_> = prompts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let (rt, req) = (runtime.clone(), request(p.clone(), i as u64));
-            actix::spawn(async move { collect(&rt, req).await })
-        })
-        .collect();
-    for (i, h) in handles.into_iter().enumerate() {
-        let together = h.await.unwrap();
-        assert_eq!(together.len(), 24);
-        assert_eq!(together, solo[i], "request {i} differs among others");
-    }
 }

@@ -109,7 +109,7 @@ fn test_with_the_model_as_its_own_draft_model_every_greedy_draft_is_kept_and_out
 
 #[test]
 fn test_a_draft_model_that_does_not_load_is_a_clear_error_naming_the_flag() {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tensorfold"))
+    let output = std::process::Command::new(common::server::binary())
         .args(["serve", "--port", "0", "--draft-model", "/nonexistent/draft.gguf", "--no-voice"])
         .output()
         .expect("running tensorfold");

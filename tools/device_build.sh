@@ -3,7 +3,7 @@
 # stripped into .device/, which git ignores; pass `.device` as the device tool's carry path.
 #
 # Usage: bash tools/device_build.sh
-# Then on the GPU machine: bash tools/gpu_check.sh; bash tools/bench_gpu.sh
+# Then on the GPU machine: bash tools/gpu_check.sh; bash tools/bench_gpu.sh; bash tools/gpu_exactness.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,13 +19,14 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m["target"]["kind"] == ["test"] and m.get("executable"):
         print(m["executable"])'
 }
-tests=$(test_binary --test cuda)
-gemm_tests=$(test_binary -p tensorfold-kernels --test gpu_gemm)
-if [[ -z "$tests" || -z "$gemm_tests" ]]; then
-    echo "the CUDA test binaries were not built" >&2
-    exit 1
-fi
 strip -o .device/tensorfold target/release/tensorfold
-strip -o .device/cuda-tests "$tests"
+# The CUDA tests, and the server tests that TF_TEST_DEVICE=cuda runs on the GPU (tools/gpu_exactness.sh).
+for pair in cuda:cuda-tests cuda_runtime:cuda-runtime-tests drafts:drafts-tests prefix_cache:prefix-cache-tests; do
+    binary=$(test_binary --test "${pair%%:*}")
+    [[ -n "$binary" ]] || { echo "the test binary ${pair%%:*} was not built" >&2; exit 1; }
+    strip -o ".device/${pair##*:}" "$binary"
+done
+gemm_tests=$(test_binary -p tensorfold-kernels --test gpu_gemm)
+[[ -n "$gemm_tests" ]] || { echo "the test binary gpu_gemm was not built" >&2; exit 1; }
 strip -o .device/gemm-tests "$gemm_tests"
-ls -l .device/tensorfold .device/cuda-tests .device/gemm-tests
+ls -l .device

@@ -2,6 +2,7 @@
 // Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
+pub mod cuda;
 pub mod events;
 pub mod server;
 use std::sync::OnceLock;

@@ -30,6 +30,11 @@ pub struct Server {
     stderr_tail: Arc<Mutex<Vec<String>>>,
 }
 
+/// The `tensorfold` binary the tests run: `TF_TEST_BINARY`, or the one cargo built beside them.
+pub fn binary() -> std::path::PathBuf {
+    std::env::var_os("TF_TEST_BINARY").map_or_else(|| env!("CARGO_BIN_EXE_tensorfold").into(), Into::into)
+}
+
 impl Server {
     /// Starts `tensorfold serve --port 0` on the default model with `extra` flags and waits until healthy.
     pub fn start(extra: &[&str]) -> Server {
@@ -39,13 +44,17 @@ impl Server {
         Server::start_with_model(&model, extra)
     }
 
-    /// Starts `tensorfold serve --port 0 --model MODEL` with `extra` flags and waits until healthy.
+    /// Starts `tensorfold serve --port 0 --model MODEL` with `extra` flags and waits until healthy; with
+    /// `TF_TEST_DEVICE` set, on that device (so the server tests run on a GPU too).
     pub fn start_with_model(model: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tensorfold"))
+        let device: Vec<String> =
+            std::env::var("TF_TEST_DEVICE").map(|d| vec!["--device".into(), d]).unwrap_or_default();
+        let mut child = Command::new(binary())
             .arg("serve")
             .arg("--model")
             .arg(model)
             .args(["--host", "127.0.0.1", "--port", "0"])
+            .args(device)
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

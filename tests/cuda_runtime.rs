@@ -1,0 +1,210 @@
+//! The runtime on a GPU: concurrent equals solo, resumed equals fresh and drafted equals plain, with drafts from
+//! each lane's own text and from a draft model. Every test skips with a one-line reason where no GPU is found.
+
+mod common;
+
+use std::sync::Arc;
+
+use tensorfold::cuda_setup::CudaDevice;
+use tensorfold_actors::coordinator::Schedule;
+use tensorfold_actors::request_types::{Event, Output, TextDecoder, TokenWork, ValidRequest, Work};
+use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
+use tensorfold_engine::generate::PAGE_TOKENS;
+use tensorfold_engine::llama::cuda::Sizing;
+use tensorfold_engine::sampling::SamplingParams;
+
+use common::cuda::{checkpoint, gpu, load, tokens};
+use common::Rng;
+
+struct Ids;
+
+impl TextDecoder for Ids {
+    fn push(&mut self, id: u32) -> String {
+        format!("{id} ")
+    }
+    fn finish(&mut self) -> String {
+        String::new()
+    }
+}
+
+fn request(prompt: Vec<u32>, seed: u64) -> ValidRequest {
+    cached_request(prompt, seed, false)
+}
+
+fn cached_request(prompt: Vec<u32>, seed: u64, cache: bool) -> ValidRequest {
+    lane_request(prompt, seed, cache, false, 0.9)
+}
+
+fn drafted_request(prompt: Vec<u32>, seed: u64, draft: bool, temperature: f32) -> ValidRequest {
+    lane_request(prompt, seed, false, draft, temperature)
+}
+
+/// A request with the cache and drafting on or off, seeded at `temperature` (0: greedy).
+fn lane_request(prompt: Vec<u32>, seed: u64, cache: bool, draft: bool, temperature: f32) -> ValidRequest {
+    let sampling = SamplingParams { temperature, top_k: 50, top_p: 0.95, min_p: 0.0, repetition_penalty: 1.0, seed };
+    let work = TokenWork {
+        prompt,
+        max_tokens: 24,
+        sampling,
+        stop_ids: Vec::new(),
+        stop_strings: Vec::new(),
+        logprobs: None,
+        cache,
+        draft,
+        output: Output::Text(Box::new(Ids)),
+    };
+    ValidRequest { model: "qwen2".into(), work: Work::Tokens(work) }
+}
+
+async fn collect(runtime: &Runtime, req: ValidRequest) -> Vec<u32> {
+    let mut events = runtime.submit(req).await.unwrap();
+    let mut ids = Vec::new();
+    while let Some(e) = events.recv().await {
+        match e {
+            Event::Token { id, .. } => ids.push(id),
+            Event::Done { .. } => return ids,
+            Event::Error(e) => panic!("{e}"),
+            Event::Audio { .. } => panic!("audio from a text lane"),
+        }
+    }
+    ids
+}
+
+/// The runtime over a seeded Qwen2 checkpoint on the GPU, with a prefix cache of `cache_tokens` positions.
+async fn cuda_runtime(dev: &CudaDevice, cache_tokens: usize) -> Runtime {
+    drafting_runtime(dev, cache_tokens, 0, false).await
+}
+
+/// As `cuda_runtime`, drafting up to `draft_tokens`, with the checkpoint as its own draft model if `draft_model`.
+async fn drafting_runtime(dev: &CudaDevice, cache_tokens: usize, draft_tokens: usize, draft_model: bool) -> Runtime {
+    let dir = checkpoint("qwen2", 30);
+    let sizing = Sizing { max_tokens: 64, max_lanes: 8, context: 512 };
+    let spec =
+        |name: &str, kind| ModelSpec { name: name.into(), kind, context: 512, weight_bytes: 0, activation_bytes: 0 };
+    let mut specs =
+        vec![spec("qwen2", ModelKind::Tokens { engine: Box::new(load(dev, dir.path(), sizing)), codec: None })];
+    if draft_model {
+        let engine = Box::new(load(dev, dir.path(), sizing));
+        specs.push(spec("qwen2 (draft)", ModelKind::Draft { engine, target: "qwen2".into() }));
+    }
+    let cfg = RuntimeConfig {
+        page_tokens: PAGE_TOKENS,
+        kv_pages: Some(512),
+        memory_limit: None,
+        schedule: Schedule { round_tokens: 64, parallel: 8, max_waiting: 64, draft_tokens },
+        prefix_cache_tokens: cache_tokens,
+    };
+    Runtime::start_on(dev.device.clone(), specs, cfg).await.unwrap()
+}
+
+#[actix::test]
+async fn test_on_cuda_a_prompt_resumed_from_cached_pages_gives_its_fresh_tokens() {
+    let Some(dev) = gpu() else { return };
+    let runtime = Arc::new(cuda_runtime(&dev, 1 << 16).await);
+    let mut rng = Rng(57);
+    let shared = tokens(&mut rng, 3 * PAGE_TOKENS + 3);
+    // Tails after one, two or three shared pages, so prompts resume at each page boundary.
+    let prompts: Vec<Vec<u32>> =
+        (0..9).map(|i| [&shared[..PAGE_TOKENS * (1 + i % 3)], &tokens(&mut rng, 4 + 5 * i)[..]].concat()).collect();
+    let mut fresh = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        fresh.push(collect(&runtime, cached_request(p.clone(), i as u64, false)).await);
+    }
+    for (i, p) in prompts.iter().enumerate() {
+        let resumed = collect(&runtime, cached_request(p.clone(), i as u64, true)).await;
+        assert_eq!(resumed, fresh[i], "prompt {i} resumed alone");
+    }
+    let handles: Vec<_> = (prompts.iter().enumerate())
+        .map(|(i, p)| {
+            let (rt, req) = (runtime.clone(), cached_request(p.clone(), i as u64, true));
+            actix::spawn(async move { collect(&rt, req).await })
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        assert_eq!(h.await.unwrap(), fresh[i], "prompt {i} resumed among others");
+    }
+}
+
+#[actix::test]
+async fn test_the_runtime_on_cuda_gives_each_request_its_solo_tokens_among_others() {
+    let Some(dev) = gpu() else { return };
+    let runtime = cuda_runtime(&dev, 0).await;
+    let mut rng = Rng(31);
+    let prompts: Vec<Vec<u32>> = (0..12).map(|i| tokens(&mut rng, 5 + 17 * i)).collect();
+    let mut solo = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        solo.push(collect(&runtime, request(p.clone(), i as u64)).await);
+    }
+    let runtime = Arc::new(runtime);
+    let handles: Vec<_> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let (rt, req) = (runtime.clone(), request(p.clone(), i as u64));
+            actix::spawn(async move { collect(&rt, req).await })
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        let together = h.await.unwrap();
+        assert_eq!(together.len(), 24);
+        assert_eq!(together, solo[i], "request {i} differs among others");
+    }
+}
+
+/// Prompts that repeat a stretch of their own, so lookup drafts find matches; each request's tokens with
+/// drafting off, then on, alone and then all at once.
+async fn drafted_and_plain(runtime: Arc<Runtime>, temperatures: &[f32]) -> Vec<(Vec<u32>, Vec<u32>, Vec<u32>)> {
+    let mut rng = Rng(77);
+    let prompts: Vec<Vec<u32>> = (0..temperatures.len())
+        .map(|i| {
+            let stretch = tokens(&mut rng, 6 + 3 * i);
+            [&stretch[..], &tokens(&mut rng, 5)[..], &stretch[..], &stretch[..4]].concat()
+        })
+        .collect();
+    let make = |i: usize, draft| drafted_request(prompts[i].clone(), i as u64, draft, temperatures[i]);
+    let mut out = Vec::new();
+    for i in 0..prompts.len() {
+        out.push((collect(&runtime, make(i, false)).await, collect(&runtime, make(i, true)).await, Vec::new()));
+    }
+    let handles: Vec<_> = (0..prompts.len())
+        .map(|i| {
+            let (rt, req) = (runtime.clone(), make(i, true));
+            actix::spawn(async move { collect(&rt, req).await })
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        out[i].2 = h.await.unwrap();
+    }
+    out
+}
+
+#[actix::test]
+async fn test_on_cuda_drafted_equals_plain_with_drafts_from_the_lanes_own_text() {
+    let Some(dev) = gpu() else { return };
+    let runtime = Arc::new(drafting_runtime(&dev, 0, 7, false).await);
+    let temperatures = [0.0, 0.9, 0.0, 1.2, 0.0, 0.7];
+    for (i, (plain, alone, together)) in drafted_and_plain(runtime.clone(), &temperatures).await.into_iter().enumerate()
+    {
+        assert_eq!(alone, plain, "request {i} drafted alone");
+        assert_eq!(together, plain, "request {i} drafted among others");
+    }
+    assert!(runtime.metrics().drafts().0 > 0, "no lane drafted");
+}
+
+#[actix::test]
+async fn test_on_cuda_a_draft_model_equal_to_its_target_has_every_greedy_draft_kept_and_drafted_equals_plain() {
+    let Some(dev) = gpu() else { return };
+    let runtime = Arc::new(drafting_runtime(&dev, 0, 7, true).await);
+    let greedy = [0.0; 6];
+    for (i, (plain, alone, _)) in drafted_and_plain(runtime.clone(), &greedy).await.into_iter().enumerate() {
+        assert_eq!(alone, plain, "greedy request {i} drafted alone");
+    }
+    let (drafted, accepted) = runtime.metrics().drafts();
+    // A verifying step's rows equal one-row steps bit for bit, so greedy drafts of the same weights all hold.
+    assert!(drafted > 0 && accepted == drafted, "drafted {drafted}, accepted {accepted}");
+    let mixed = [0.0, 0.9, 1.2, 0.0, 0.7, 0.0];
+    for (i, (plain, alone, together)) in drafted_and_plain(runtime.clone(), &mixed).await.into_iter().enumerate() {
+        assert_eq!(alone, plain, "request {i} drafted by the draft model alone");
+        assert_eq!(together, plain, "request {i} drafted by the draft model among others");
+    }
+}

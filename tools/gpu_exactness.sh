@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The three equalities on the GPU, and draft speed: the CUDA test binaries, the server's draft and prefix-cache
+# tests with --device cuda, bench_concurrent.py's counts and bench_drafts.py on the default model; results in $OUT.
+#
+# Usage (after `bash tools/device_build.sh` here, with .device carried and the default model in $TF_CACHE_DIR):
+#     bash tools/gpu_exactness.sh [DRAFT_TOKENS ...]    # bench_drafts.py at each --draft-tokens (default: 7)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-./gpu-exactness-out}"
+export TF_CACHE_DIR="${TF_CACHE_DIR:-/tmp/tfc}"
+MODEL="$TF_CACHE_DIR/SmolLM2-135M-Instruct.Q4_1.gguf"
+T0=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - T0 ))"; }
+mkdir -p "$OUT"
+[[ -f "$MODEL" ]] || { echo "no default model at $MODEL" >&2; exit 1; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt"
+# tests NAME...: each test binary of .device, one test at a time; the per-test lines and the summary go to $OUT.
+tests() {
+    for name in "$@"; do
+        echo "== $name at $(elapsed) s"
+        timeout 400 ".device/$name" --test-threads 1 2>&1 | grep -E "^test |test result|skipped|panicked" |
+            tee "$OUT/$name.txt"
+    done
+}
+tests cuda-tests cuda-runtime-tests gemm-tests
+TF_TEST_DEVICE=cuda TF_TEST_BINARY="$PWD/.device/tensorfold" tests drafts-tests prefix-cache-tests
+
+echo "== bench_concurrent.py on CUDA at $(elapsed) s"
+PORT=18311
+.device/tensorfold serve --device cuda --model "$MODEL" --port "$PORT" --parallel 32 --no-voice 2> "$OUT/serve.log" &
+SERVER=$!
+for _ in $(seq 300); do
+    curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break
+    sleep 0.2
+done
+timeout 300 python3 tools/bench_concurrent.py --base-url "http://127.0.0.1:$PORT/v1" --logprobs 2>&1 |
+    tail -3 | tee "$OUT/concurrent.txt"
+kill "$SERVER"; wait "$SERVER" 2> /dev/null
+
+for k in "${@:-7}"; do
+    echo "== bench_drafts.py --draft-tokens $k at $(elapsed) s"
+    timeout 400 python3 tools/bench_drafts.py --binary .device/tensorfold --model "$MODEL" --threads 8 --streams 8 \
+        --repeats 5 --max-tokens 128 --serve-arg "--device cuda --draft-tokens $k" > "$OUT/drafts-$k.json" 2>&1
+    python3 - "$OUT/drafts-$k.json" <<'PY' 2>&1 | sed "s/^/k=$k /" | tee -a "$OUT/drafts.txt"
+import json, sys
+report = json.load(open(sys.argv[1]))
+for task, runs in report["tasks"].items():
+    cells = [f"{n}: {r['ratio']} ({r['plain_tok_s']} -> {r['drafted_tok_s']} tok/s, kept {r['accepted_share']})"
+             for n, r in runs.items()]
+    print(task, "; ".join(cells))
+PY
+done
+echo "== done at $(elapsed) s"
