@@ -3,7 +3,8 @@
 # tests with --device cuda, bench_concurrent.py's counts and bench_drafts.py on the default model; results in $OUT.
 #
 # Usage (after `bash tools/device_build.sh` here, with .device carried and the default model in $TF_CACHE_DIR):
-#     bash tools/gpu_exactness.sh [DRAFT_TOKENS ...]    # bench_drafts.py at each --draft-tokens (default: 7)
+#     bash tools/gpu_exactness.sh tests                    # the test binaries
+#     bash tools/gpu_exactness.sh bench [DRAFT_TOKENS ...]  # the counts, and bench_drafts.py at each (default: 7)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-./gpu-exactness-out}"
@@ -22,8 +23,14 @@ tests() {
             tee "$OUT/$name.txt"
     done
 }
-tests cuda-tests cuda-runtime-tests gemm-tests
-TF_TEST_DEVICE=cuda TF_TEST_BINARY="$PWD/.device/tensorfold" tests drafts-tests prefix-cache-tests
+MODE="${1:-tests}"
+shift || true
+if [[ "$MODE" == tests ]]; then
+    tests cuda-tests cuda-runtime-tests gemm-tests
+    TF_TEST_DEVICE=cuda TF_TEST_BINARY="$PWD/.device/tensorfold" tests drafts-tests prefix-cache-tests
+    echo "== done at $(elapsed) s"
+    exit 0
+fi
 
 echo "== bench_concurrent.py on CUDA at $(elapsed) s"
 PORT=18311
