@@ -45,10 +45,13 @@ impl Server {
     }
 
     /// Starts `tensorfold serve --port 0 --model MODEL` with `extra` flags and waits until healthy; with
-    /// `TF_TEST_DEVICE` set, on that device (so the server tests run on a GPU too).
+    /// `TF_TEST_DEVICE` set, on that device and without the default voice (a GPU machine may not fetch it).
     pub fn start_with_model(model: &Path, extra: &[&str]) -> Server {
-        let device: Vec<String> =
-            std::env::var("TF_TEST_DEVICE").map(|d| vec!["--device".into(), d]).unwrap_or_default();
+        let mut device: Vec<String> = Vec::new();
+        if let Ok(d) = std::env::var("TF_TEST_DEVICE") {
+            device.extend(["--device".into(), d]);
+            device.extend((!extra.contains(&"--no-voice")).then(|| "--no-voice".into()));
+        }
         let mut child = Command::new(binary())
             .arg("serve")
             .arg("--model")
