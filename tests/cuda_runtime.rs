@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use tensorfold::cuda_setup::CudaDevice;
-use tensorfold_actors::coordinator::Schedule;
+use tensorfold_actors::coordinator::{Drafting, Schedule};
 use tensorfold_actors::request_types::{Event, Output, TextDecoder, TokenWork, ValidRequest, Work};
 use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
 use tensorfold_engine::generate::PAGE_TOKENS;
@@ -97,7 +97,7 @@ async fn drafting_runtime(
         page_tokens: PAGE_TOKENS,
         kv_pages: Some(512),
         memory_limit: None,
-        schedule: Schedule { round_tokens: 64, parallel: 8, max_waiting: 64, draft_tokens },
+        schedule: Schedule { round_tokens: 64, parallel: 8, max_waiting: 64, drafting: Drafting::on_gpu(draft_tokens) },
         prefix_cache_tokens: cache_tokens,
     };
     Runtime::start_on(dev.device.clone(), specs, cfg).await.unwrap()

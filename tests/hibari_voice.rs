@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use common::events::drain;
 use futures_util::future::join_all;
 use tensorfold::server::validate::TokenizerDecoder;
-use tensorfold_actors::coordinator::Schedule;
+use tensorfold_actors::coordinator::{Drafting, Schedule};
 use tensorfold_actors::request_types::{Output, TokenWork, ValidRequest, VoiceInput, Work};
 use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
 use tensorfold_engine::sampling::SamplingParams;
@@ -81,7 +81,7 @@ async fn start(l: &Loaded) -> Runtime {
             activation_bytes: 0,
         },
     ];
-    let schedule = Schedule { round_tokens: 64, parallel: 8, max_waiting: 64, draft_tokens: 0 };
+    let schedule = Schedule { round_tokens: 64, parallel: 8, max_waiting: 64, drafting: Drafting::OFF };
     let cfg =
         RuntimeConfig { page_tokens: 16, kv_pages: Some(64), memory_limit: None, schedule, prefix_cache_tokens: 0 };
     Runtime::start(models, cfg).await.unwrap()

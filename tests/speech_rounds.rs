@@ -10,7 +10,7 @@ use common::events::drain;
 use futures_util::future::join_all;
 use tensorfold::server::validate::TokenizerDecoder;
 use tensorfold::wiring::drama_spec;
-use tensorfold_actors::coordinator::Schedule;
+use tensorfold_actors::coordinator::{Drafting, Schedule};
 use tensorfold_actors::request_types::{Output, TokenWork, ValidRequest, Work};
 use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
 use tensorfold_engine::generate::PAGE_TOKENS;
@@ -60,7 +60,7 @@ async fn start(text: Text, parallel: usize) -> (Runtime, SpeechFrontEnd, String)
         Text::None | Text::SameModel => front.model.clone(),
     };
     models.push(drama_spec(front.model.clone(), llama, codec, 64, parallel));
-    let schedule = Schedule { round_tokens: 64, parallel, max_waiting: 64, draft_tokens: 0 };
+    let schedule = Schedule { round_tokens: 64, parallel, max_waiting: 64, drafting: Drafting::OFF };
     let cfg = RuntimeConfig {
         page_tokens: PAGE_TOKENS,
         kv_pages: Some(256),

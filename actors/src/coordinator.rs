@@ -16,8 +16,6 @@ use crate::round::{ModelId, PlannedCodec, PlannedDraft, PlannedLane, RoundOutput
 use crate::runner::EngineRunner;
 use crate::voice::{VoiceLanes, VoiceRequest};
 
-/// Most decoding lanes in a round whose lanes still draft.
-const DRAFT_MAX_LANES: usize = 4;
 /// Most tokens a draft model may lag its lane by and still draft this round; a longer lag catches up first.
 const DRAFT_MAX_LAG: usize = 16;
 
@@ -68,8 +66,32 @@ pub struct Schedule {
     /// Most lanes running at once.
     pub parallel: usize,
     pub max_waiting: usize,
-    /// Most tokens a decoding lane proposes from its own text and verifies in one step; 0 turns drafting off.
-    pub draft_tokens: usize,
+    pub drafting: Drafting,
+}
+
+/// How decoding lanes draft.
+#[derive(Clone, Copy, Debug)]
+pub struct Drafting {
+    /// Most tokens a lane proposes and verifies in one step; 0 turns drafting off.
+    pub tokens: usize,
+    /// Most decoding lanes in a round whose lanes still draft.
+    pub max_lanes: usize,
+    /// Most rounds a lane waits after a draft of which nothing was kept, doubling from one.
+    pub max_wait: u32,
+}
+
+impl Drafting {
+    pub const OFF: Drafting = Drafting { tokens: 0, max_lanes: 0, max_wait: 0 };
+
+    /// Where each row of a step costs compute: wide rounds do not draft, and a lane whose drafts fail waits long.
+    pub fn on_cpu(tokens: usize) -> Drafting {
+        Drafting { tokens, max_lanes: 4, max_wait: 16 }
+    }
+
+    /// Where a step of tens of rows costs about what one row does: drafts are long and a failed one costs little.
+    pub fn on_gpu(tokens: usize) -> Drafting {
+        Drafting { tokens, max_lanes: 8, max_wait: 2 }
+    }
 }
 
 struct Lane {
@@ -255,7 +277,7 @@ impl Coordinator {
         let mut plan = RoundPlan::default();
         let decoding = |l: &Lane| l.num_planned >= l.prompt_len();
         // Drafts pay where a round's rows are cheap; in a wide round every drafted row costs a decode's share.
-        let drafting = self.lanes.iter().filter(|l| decoding(l)).count() <= DRAFT_MAX_LANES;
+        let drafting = self.lanes.iter().filter(|l| decoding(l)).count() <= self.schedule.drafting.max_lanes;
         for pass_decode in [true, false] {
             for lane in self.lanes.iter_mut().filter(|l| decoding(l) == pass_decode) {
                 let start = lane.num_planned;
@@ -266,7 +288,7 @@ impl Coordinator {
                 budget -= end - start;
                 // A decoding lane may carry a draft, within the round's budget and its own token budget.
                 let left = lane.request.max_tokens - lane.num_generated;
-                let most = self.schedule.draft_tokens.min(budget).min(left.saturating_sub(1));
+                let most = self.schedule.drafting.tokens.min(budget).min(left.saturating_sub(1));
                 // Positions the draft takes: the lookup's tokens, or the draft model's, which the runner fills in.
                 let (mut draft, mut reserved) = (Vec::new(), 0);
                 if pass_decode && drafting && lane.request.draft && most > 0 && lane.drafter.ready() {
@@ -407,7 +429,7 @@ impl Coordinator {
                 let mut lane = self.lanes.swap_remove(i);
                 // Drafts past the lane's last token were never in question: they count as neither kept nor not.
                 lane.drafter.pending = lane.drafter.pending.min(lane.drafter.accepted);
-                self.metrics.add_draft(lane.drafter.settle());
+                self.metrics.add_draft(lane.drafter.settle(self.schedule.drafting.max_wait));
             }
         }
         for lane in &mut self.lanes {
@@ -419,7 +441,7 @@ impl Coordinator {
                     s.seen = if drafted == 0 { 0 } else { from + accepted.min(drafted - 1) };
                 }
             }
-            self.metrics.add_draft(lane.drafter.settle());
+            self.metrics.add_draft(lane.drafter.settle(self.schedule.drafting.max_wait));
         }
         let mut audio = output.audio.into_iter();
         for to in self.decoding.drain(..) {

@@ -5,8 +5,6 @@
 const MIN_MATCH: usize = 3;
 /// Longest match looked for: a longer one picks, among the places the last tokens appeared, the one most like now.
 const MAX_MATCH: usize = 8;
-/// Most rounds a lane waits after drafts that failed, doubling from one.
-const MAX_BACKOFF: u32 = 16;
 
 /// A lane's drafting state.
 #[derive(Default)]
@@ -39,12 +37,12 @@ impl Drafter {
     }
 
     /// The round's verdict on the pending draft: (drafted, accepted); a draft with nothing accepted makes the lane
-    /// wait before drafting again, longer each time.
-    pub fn settle(&mut self) -> (usize, usize) {
+    /// wait before drafting again, longer each time, at most `max_wait` rounds.
+    pub fn settle(&mut self, max_wait: u32) -> (usize, usize) {
         let verdict = (self.pending, self.accepted.min(self.pending));
         if self.pending > 0 {
             if verdict.1 == 0 {
-                self.backoff = (self.backoff * 2).clamp(1, MAX_BACKOFF);
+                self.backoff = (self.backoff * 2).clamp(1, max_wait.max(1));
                 self.wait = self.backoff;
             } else {
                 self.backoff /= 2;
@@ -103,17 +101,17 @@ mod tests {
         let tokens = [1, 2, 3, 4, 1, 2, 3];
         let draft = d.propose(&tokens, 4);
         d.pending = draft.len();
-        assert_eq!(d.settle(), (4, 0));
+        assert_eq!(d.settle(16), (4, 0));
         assert!(d.propose(&tokens, 4).is_empty(), "waits one round");
         d.pending = d.propose(&tokens, 4).len();
-        d.settle();
+        d.settle(16);
         assert!(d.propose(&tokens, 4).is_empty() && d.propose(&tokens, 4).is_empty(), "then two");
         d.pending = d.propose(&tokens, 4).len();
         d.accepted = 2;
-        assert_eq!(d.settle(), (4, 2));
+        assert_eq!(d.settle(16), (4, 2));
         assert!(!d.propose(&tokens, 4).is_empty(), "no wait after a success");
         d.pending = 4;
-        d.settle();
+        d.settle(16);
         assert!(d.propose(&tokens, 4).is_empty(), "a failure after it waits half as long as the last");
     }
 }

@@ -9,7 +9,7 @@ use tokio::sync::mpsc::Receiver;
 
 use tensorfold_engine::boundary::{Codec, CodecJob, Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
 
-use crate::coordinator::Schedule;
+use crate::coordinator::{Drafting, Schedule};
 use crate::request_types::{
     Event, FinishReason, FrameSink, Output, SubmitError, TextDecoder, TokenWork, ValidRequest, Work,
 };
@@ -64,7 +64,7 @@ impl TextDecoder for Ids {
 }
 
 pub(crate) async fn start(parallel: usize, max_waiting: usize, kv_pages: usize) -> Runtime {
-    let schedule = Schedule { round_tokens: 8, parallel, max_waiting, draft_tokens: 0 };
+    let schedule = Schedule { round_tokens: 8, parallel, max_waiting, drafting: Drafting::OFF };
     let cfg = RuntimeConfig {
         page_tokens: 4,
         kv_pages: Some(kv_pages),
@@ -237,7 +237,7 @@ impl Codec for FakeCodec {
 }
 
 async fn start_with_speech(parallel: usize) -> Runtime {
-    let schedule = Schedule { round_tokens: 8, parallel, max_waiting: 64, draft_tokens: 0 };
+    let schedule = Schedule { round_tokens: 8, parallel, max_waiting: 64, drafting: Drafting::OFF };
     let cfg =
         RuntimeConfig { page_tokens: 4, kv_pages: Some(256), memory_limit: None, schedule, prefix_cache_tokens: 0 };
     let model = |name: &str, codec: Option<Box<dyn Codec>>| ModelSpec {
@@ -356,7 +356,7 @@ impl Codec for Noting {
 #[actix::test]
 async fn test_a_speech_window_is_decoded_in_the_round_after_its_last_frame_was_drawn() {
     let (forwards, noted) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
-    let schedule = Schedule { round_tokens: 8, parallel: 1, max_waiting: 4, draft_tokens: 0 };
+    let schedule = Schedule { round_tokens: 8, parallel: 1, max_waiting: 4, drafting: Drafting::OFF };
     let cfg =
         RuntimeConfig { page_tokens: 4, kv_pages: Some(64), memory_limit: None, schedule, prefix_cache_tokens: 0 };
     let kind = ModelKind::Tokens {
@@ -404,7 +404,7 @@ impl Engine for Faulty {
 }
 
 async fn start_faulty(panics: bool, parallel: usize) -> Runtime {
-    let schedule = Schedule { round_tokens: 64, parallel, max_waiting: 64, draft_tokens: 0 };
+    let schedule = Schedule { round_tokens: 64, parallel, max_waiting: 64, drafting: Drafting::OFF };
     let cfg =
         RuntimeConfig { page_tokens: 4, kv_pages: Some(256), memory_limit: None, schedule, prefix_cache_tokens: 0 };
     let kind = ModelKind::Tokens { engine: Box::new(Faulty { panics }), codec: None };

@@ -7,7 +7,7 @@ use tokio::sync::mpsc::Receiver;
 
 use tensorfold_engine::boundary::{EngineError, Voice, VoiceInput, VoiceState};
 
-use crate::coordinator::Schedule;
+use crate::coordinator::{Drafting, Schedule};
 use crate::request_types::{Event, SubmitError, ValidRequest, Work};
 use crate::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
 use crate::runtime_tests::{collect, on, request, settle, work, FakeEngine, TEXT};
@@ -50,7 +50,7 @@ impl VoiceState for FakeState {
 }
 
 async fn start(parallel: usize) -> Runtime {
-    let schedule = Schedule { round_tokens: 8, parallel, max_waiting: 64, draft_tokens: 0 };
+    let schedule = Schedule { round_tokens: 8, parallel, max_waiting: 64, drafting: Drafting::OFF };
     let cfg =
         RuntimeConfig { page_tokens: 4, kv_pages: Some(256), memory_limit: None, schedule, prefix_cache_tokens: 0 };
     let text = ModelSpec {

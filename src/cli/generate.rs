@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use tensorfold_actors::coordinator::Schedule;
+use tensorfold_actors::coordinator::{Drafting, Schedule};
 use tensorfold_actors::request_types::{Event, Output, TokenWork, ValidRequest, Work};
 use tensorfold_actors::runtime::RuntimeConfig;
 use tensorfold_engine::generate::PAGE_TOKENS;
@@ -98,7 +98,7 @@ pub fn generate(args: GenerateArgs, settings: &Settings) -> Result<()> {
         page_tokens: PAGE_TOKENS,
         kv_pages: Some((prompt.len() + max_tokens).div_ceil(PAGE_TOKENS)),
         memory_limit: None,
-        schedule: Schedule { round_tokens: 512, parallel: 1, max_waiting: 1, draft_tokens: 0 },
+        schedule: Schedule { round_tokens: 512, parallel: 1, max_waiting: 1, drafting: Drafting::OFF },
         prefix_cache_tokens: 0,
     };
     let work = TokenWork {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use tensorfold_actors::coordinator::Schedule;
+use tensorfold_actors::coordinator::{Drafting, Schedule};
 use tensorfold_actors::runtime::{ModelKind, RuntimeConfig};
 use tensorfold_engine::llama::cuda::Sizing;
 use tensorfold_engine::speech::speakers::{Speaker, Speakers, SpeechFrontEnd};
@@ -50,12 +50,12 @@ pub fn serve(settings: &Settings) -> Result<()> {
     let (text, tokenizer, device) = model.into_spec(context, round_tokens, parallel);
     let fetcher = settings.fetcher()?;
     let text_path = model_path(settings, &fetcher)?;
-    // A CPU step of four rows costs little more than one of a row; a GPU step of eight costs about one of a row.
-    let draft_tokens = settings.size(Key::DraftTokens).unwrap_or(match settings.device() {
-        Device::Cuda => 7,
-        Device::Cpu => 3,
-    });
-    let schedule = Schedule { round_tokens, parallel, max_waiting: size(Key::MaxWaiting), draft_tokens };
+    let draft_tokens = settings.size(Key::DraftTokens);
+    let drafting = match settings.device() {
+        Device::Cuda => Drafting::on_gpu(draft_tokens.unwrap_or(12)),
+        Device::Cpu => Drafting::on_cpu(draft_tokens.unwrap_or(3)),
+    };
+    let schedule = Schedule { round_tokens, parallel, max_waiting: size(Key::MaxWaiting), drafting };
     let prefix_cache_tokens = match settings.is_on(Key::PrefixCache) {
         true => settings.size(Key::PrefixCacheTokens).unwrap_or(usize::MAX),
         false => 0,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use tensorfold_actors::coordinator::Schedule;
+use tensorfold_actors::coordinator::{Drafting, Schedule};
 use tensorfold_actors::request_types::{Event, ValidRequest, Work};
 use tensorfold_actors::runtime::{Runtime, RuntimeConfig};
 use tensorfold_audio::pcm::to_i16;
@@ -50,7 +50,7 @@ pub fn speak(args: SpeakArgs, settings: &Settings) -> Result<()> {
     if !(0.25..=4.0).contains(&args.speed) {
         bail!("--speed must be between 0.25 and 4.0, not {}", args.speed);
     }
-    let schedule = Schedule { round_tokens: 512, parallel: 1, max_waiting: 1, draft_tokens: 0 };
+    let schedule = Schedule { round_tokens: 512, parallel: 1, max_waiting: 1, drafting: Drafting::OFF };
     let (spec, speaker) = match settings.path(Key::SpeechModel) {
         Some(dir) => {
             let (llama, codec, front) =

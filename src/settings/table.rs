@@ -81,7 +81,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         help: "most tokens a decoding lane drafts from its own prompt and output and verifies in one step; 0: off; \
-               unset: 3 on the CPU, 7 on CUDA",
+               unset: 3 on the CPU, 12 on CUDA",
         ..row(Key::DraftTokens, Some("draft-tokens"), None, count(0, 16), Scope::Serve)
     },
     Setting {
