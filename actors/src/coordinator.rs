@@ -78,23 +78,19 @@ pub struct Drafting {
     pub max_lanes: usize,
     /// Most rounds a lane waits after a draft of which nothing was kept, doubling from one.
     pub max_wait: u32,
-    /// Fewest of a lane's last tokens that must match an earlier place for it to draft what followed.
-    pub min_match: usize,
 }
 
 impl Drafting {
-    pub const OFF: Drafting = Drafting { tokens: 0, max_lanes: 0, max_wait: 0, min_match: 3 };
+    pub const OFF: Drafting = Drafting { tokens: 0, max_lanes: 0, max_wait: 0 };
 
-    /// Where each row of a step costs compute: wide rounds do not draft, a lane drafts only on a match of three
-    /// tokens, and one whose drafts fail waits long.
+    /// Where each row of a step costs compute: wide rounds do not draft, and a lane whose drafts fail waits long.
     pub fn on_cpu(tokens: usize) -> Drafting {
-        Drafting { tokens, max_lanes: 4, max_wait: 16, min_match: 3 }
+        Drafting { tokens, max_lanes: 4, max_wait: 16 }
     }
 
-    /// Where a step of tens of rows costs about what one row does: drafts are long, two tokens make a match and
-    /// a failed draft costs little.
+    /// Where a step of tens of rows costs about what one row does: drafts are long and a failed one costs little.
     pub fn on_gpu(tokens: usize) -> Drafting {
-        Drafting { tokens, max_lanes: 8, max_wait: 2, min_match: 2 }
+        Drafting { tokens, max_lanes: 8, max_wait: 2 }
     }
 }
 
@@ -312,7 +308,7 @@ impl Coordinator {
                         }
                         // Without a draft model, or while it catches up, the lane drafts from its own text.
                         _ => {
-                            draft = crate::draft::lookup(&lane.tokens, most, self.schedule.drafting.min_match);
+                            draft = crate::draft::lookup(&lane.tokens, most);
                             reserved = draft.len();
                             lane.drafter.pending = draft.len();
                         }

@@ -1,6 +1,8 @@
 //! Prompt-lookup drafting: a decoding lane proposes the tokens that followed the last place its recent tokens
 //! appeared in its own prompt and output, and backs off while its drafts keep failing.
 
+/// Fewest tokens a match needs: shorter ones draft text that copies nothing too often.
+const MIN_MATCH: usize = 3;
 /// Longest match looked for: a longer one picks, among the places the last tokens appeared, the one most like now.
 const MAX_MATCH: usize = 8;
 
@@ -20,7 +22,7 @@ impl Drafter {
     /// The lookup's draft of up to `most` tokens, unless the lane is waiting after failed drafts.
     pub fn propose(&mut self, tokens: &[u32], most: usize) -> Vec<u32> {
         match most > 0 && self.ready() {
-            true => lookup(tokens, most, 3),
+            true => lookup(tokens, most),
             false => Vec::new(),
         }
     }
@@ -52,13 +54,12 @@ impl Drafter {
     }
 }
 
-/// Up to `most` tokens that followed the earlier place whose tokens best match the last ones of `tokens`, if at
-/// least `min_match` of them match.
-pub fn lookup(tokens: &[u32], most: usize, min_match: usize) -> Vec<u32> {
+/// Up to `most` tokens that followed the earlier place whose tokens best match the last ones of `tokens`.
+pub fn lookup(tokens: &[u32], most: usize) -> Vec<u32> {
     let n = tokens.len();
-    // The latest start whose preceding tokens match the most of the last ones, up to MAX_MATCH.
+    // The latest start whose preceding tokens match the most of the last ones, from MIN_MATCH to MAX_MATCH.
     let mut best = (0, 0);
-    for end in (min_match.max(1)..n).rev() {
+    for end in (MIN_MATCH..n).rev() {
         let len = (1..=MAX_MATCH.min(end)).take_while(|&j| tokens[end - j] == tokens[n - j]).count();
         if len > best.0 {
             best = (len, end);
@@ -68,7 +69,7 @@ pub fn lookup(tokens: &[u32], most: usize, min_match: usize) -> Vec<u32> {
         }
     }
     match best {
-        (len, end) if len >= min_match.max(1) => tokens[end..n.min(end + most)].to_vec(),
+        (len, end) if len >= MIN_MATCH => tokens[end..n.min(end + most)].to_vec(),
         _ => Vec::new(),
     }
 }
