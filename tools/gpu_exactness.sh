@@ -40,8 +40,11 @@ for _ in $(seq 300); do
     curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break
     sleep 0.2
 done
-timeout 300 python3 tools/bench_concurrent.py --base-url "http://127.0.0.1:$PORT/v1" --logprobs 2>&1 |
-    tail -3 | tee "$OUT/concurrent.txt"
+# With log-probabilities a greedy lane's rows come back whole; without, the engine picks each row's token.
+for logprobs in --logprobs ""; do
+    timeout 200 python3 tools/bench_concurrent.py --base-url "http://127.0.0.1:$PORT/v1" $logprobs 2>&1 |
+        tail -1 | sed "s/^/${logprobs:-no logprobs}: /" | tee -a "$OUT/concurrent.txt"
+done
 kill "$SERVER"; wait "$SERVER" 2> /dev/null
 
 for k in "${@:-7}"; do

@@ -32,7 +32,7 @@ impl Engine for HistoryEngine {
             }
             let first = match l.logits {
                 Logits::None => l.tokens.len(),
-                Logits::All => 0,
+                Logits::All | Logits::Picks => 0,
                 Logits::Last | Logits::Argmax => l.tokens.len() - 1,
             };
             let mut rows = Vec::new();
@@ -45,7 +45,7 @@ impl Engine for HistoryEngine {
                     (0..VOCAB as u64).map(|v| ((key * 31 + (l.start_pos + i) as u64 * 17 + v * 7) % 23) as f32),
                 );
             }
-            out.push(if l.logits == Logits::All { rows } else { l.logits.take(&rows) });
+            out.push(l.logits.take(&rows, VOCAB));
         }
         Ok(out)
     }

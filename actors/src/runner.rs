@@ -181,13 +181,14 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
     RoundOutput { sampled, drafts, audio, voices, failed }
 }
 
-/// A greedy lane without log-probabilities needs only the index of its largest logit, which the engine finds; a
-/// lane with a draft needs every row.
+/// A greedy lane without log-probabilities needs only the index of its largest logit, which the engine finds, in
+/// every row when it verifies a draft; other lanes need the last row, or every row with a draft.
 fn logits_for(spec: &SampleSpec) -> Logits {
     match (spec.draft.is_empty(), spec.params.is_greedy() && spec.logprobs.is_none()) {
-        (false, _) => Logits::All,
         (true, true) => Logits::Argmax,
+        (false, true) => Logits::Picks,
         (true, false) => Logits::Last,
+        (false, false) => Logits::All,
     }
 }
 
@@ -195,9 +196,10 @@ fn logits_for(spec: &SampleSpec) -> Logits {
 /// Row j draws at position + j with the history plain decoding would have there, so the tokens are the same.
 fn draw(lane: &PlannedLane, logits: &[f32]) -> Vec<Sampled> {
     let Some(spec) = lane.sample.as_ref() else { return Vec::new() };
-    if logits_for(spec) == Logits::Argmax {
-        let Some(&id) = logits.first() else { return Vec::new() };
-        return vec![Sampled { lane_id: lane.lane_id, id: id as u32, logprob: None }];
+    if matches!(logits_for(spec), Logits::Argmax | Logits::Picks) {
+        // Row j's pick is kept while the row before it equaled its draft.
+        let kept = logits.iter().enumerate().take_while(|&(j, _)| j == 0 || spec.draft[j - 1] == logits[j - 1] as u32);
+        return kept.map(|(_, &id)| Sampled { lane_id: lane.lane_id, id: id as u32, logprob: None }).collect();
     }
     let rows = spec.draft.len() + 1;
     let vocab = logits.len() / rows;
@@ -266,6 +268,22 @@ mod tests {
         wrong[2] = (wrong[2] + 1) % vocab as u32;
         let some = draw(&drafting_lane(wrong), &flat);
         assert_eq!(some.iter().map(|s| s.id).collect::<Vec<_>>(), ids[..3].iter().map(|s| s.id).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn test_a_greedy_drafted_step_keeps_the_engines_picks_while_the_row_before_equaled_its_draft() {
+        let mut lane = drafting_lane(vec![5, 7, 3]);
+        lane.sample.as_mut().unwrap().params = SamplingParams { temperature: 0.0, ..Default::default() };
+        lane.sample.as_mut().unwrap().logprobs = None;
+        assert_eq!(logits_for(lane.sample.as_ref().unwrap()), Logits::Picks);
+        let ids = |s: Vec<Sampled>| s.iter().map(|s| s.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(draw(&lane, &[5.0, 7.0, 9.0, 2.0])),
+            vec![5, 7, 9],
+            "the third draft failed: its row's pick ends it"
+        );
+        assert_eq!(ids(draw(&lane, &[5.0, 7.0, 3.0, 2.0])), vec![5, 7, 3, 2], "all kept, and the row after");
+        assert_eq!(ids(draw(&lane, &[6.0, 7.0, 3.0, 2.0])), vec![6], "the first failed");
     }
 
     fn job() -> (Job, oneshot::Receiver<RoundOutput>) {

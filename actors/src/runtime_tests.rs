@@ -39,7 +39,7 @@ impl Engine for FakeEngine {
                 let last = *l.tokens.last().unwrap() as u64;
                 match l.logits {
                     Logits::None => Vec::new(),
-                    kind => kind.take(&fake_logits(last, pos as u64)),
+                    kind => kind.take(&fake_logits(last, pos as u64), VOCAB),
                 }
             })
             .collect();

@@ -43,6 +43,8 @@ pub enum Logits {
     All,
     /// The last row's largest logit: one value, its index (the first on ties, as `ops::argmax` picks it), as f32.
     Argmax,
+    /// Each row's largest logit, as `Argmax` gives the last row's: one value a row.
+    Picks,
 }
 
 impl Logits {
@@ -51,14 +53,15 @@ impl Logits {
         match self {
             Logits::None => 0,
             Logits::Last | Logits::Argmax => 1.min(tokens),
-            Logits::All => tokens,
+            Logits::All | Logits::Picks => tokens,
         }
     }
 
-    /// A step's computed logits rows as the step asked for them: `Argmax` keeps the index of the largest only.
-    pub fn take(self, rows: &[f32]) -> Vec<f32> {
+    /// A step's computed logits rows of `vocab` as the step asked for them: `Argmax` and `Picks` keep each row's
+    /// largest index only.
+    pub fn take(self, rows: &[f32], vocab: usize) -> Vec<f32> {
         match self {
-            Logits::Argmax if !rows.is_empty() => vec![argmax(rows) as f32],
+            Logits::Argmax | Logits::Picks => rows.chunks_exact(vocab).map(|r| argmax(r) as f32).collect(),
             _ => rows.to_vec(),
         }
     }
@@ -208,8 +211,10 @@ mod tests {
 
     #[test]
     fn test_argmax_keeps_the_first_largest_index() {
-        assert_eq!(Logits::Argmax.take(&[0.5, 2.0, -1.0, 2.0]), vec![1.0]);
-        assert_eq!(Logits::Last.take(&[0.5, 2.0]), vec![0.5, 2.0]);
-        assert_eq!(Logits::Argmax.take(&[]), Vec::<f32>::new());
+        assert_eq!(Logits::Argmax.take(&[0.5, 2.0, -1.0, 2.0], 4), vec![1.0]);
+        assert_eq!(Logits::Last.take(&[0.5, 2.0], 2), vec![0.5, 2.0]);
+        assert_eq!(Logits::Argmax.take(&[], 4), Vec::<f32>::new());
+        assert_eq!(Logits::Picks.take(&[0.5, 2.0, 3.0, 3.0, -1.0, -2.0], 2), vec![1.0, 0.0, 0.0]);
+        assert_eq!(Logits::Picks.rows(5), 5);
     }
 }

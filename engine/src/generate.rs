@@ -55,7 +55,7 @@ impl<E: Engine> Sequence<E> {
             let end = (self.num_cached + chunk.max(1)).min(self.tokens.len());
             let last = end == self.tokens.len();
             let logits = match want {
-                Logits::All => Logits::All,
+                Logits::All | Logits::Picks => want,
                 Logits::Last | Logits::Argmax if last => want,
                 _ => Logits::None,
             };

@@ -376,7 +376,7 @@ impl LlamaSteps for CpuPass<'_, '_> {
             let wanted = match lane.logits {
                 Logits::None => start + n..start + n,
                 Logits::Last | Logits::Argmax => start + n - 1..start + n,
-                Logits::All => start..start + n,
+                Logits::All | Logits::Picks => start..start + n,
             };
             rows.push(wanted);
             start += n;
@@ -395,7 +395,7 @@ impl LlamaSteps for CpuPass<'_, '_> {
             .map(|(r, lane)| {
                 let len = (r.end - r.start) * vocab;
                 at += len;
-                lane.logits.take(&logits[at - len..at])
+                lane.logits.take(&logits[at - len..at], vocab)
             })
             .collect();
         Ok(())

@@ -420,7 +420,8 @@ impl CudaLlama {
         }
         let vocab = c.vocab_size;
         // A round whose every logits row is a greedy pick can bring back the ids alone.
-        let picks = options.gpu_argmax && lanes.iter().all(|l| matches!(l.logits, Logits::None | Logits::Argmax));
+        let picks = options.gpu_argmax
+            && lanes.iter().all(|l| matches!(l.logits, Logits::None | Logits::Argmax | Logits::Picks));
         let (width, from) = if picks { (1, s.picks) } else { (vocab, s.logits) };
         if picks && n > 0 {
             g.argmax_rows(s.logits, n, vocab, s.picks).map_err(e)?;
@@ -441,7 +442,7 @@ impl CudaLlama {
         // A greedy lane's pick is read straight from the staging buffer: its row is never copied.
         let rows = first.into_par_iter().map(|(row, k, kind)| match picks {
             true => floats[row..row + k].iter().map(|id| id.to_bits() as f32).collect(),
-            false => kind.take(&floats[row * vocab..(row + k) * vocab]),
+            false => kind.take(&floats[row * vocab..(row + k) * vocab], vocab),
         });
         Ok(rows.collect())
     }
