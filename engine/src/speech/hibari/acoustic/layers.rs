@@ -4,6 +4,7 @@ use rayon::prelude::*;
 use tensorfold_kernels::conv::{Conv1d, DepthwiseConv1d, Geometry};
 use tensorfold_kernels::matmul::matmul;
 use tensorfold_kernels::ops::dot;
+use tensorfold_kernels::simd::axpy;
 use tensorfold_kernels::Weight;
 
 use super::weights::GraphWeights;
@@ -261,7 +262,7 @@ impl TransformerLayer {
                 softmax_in_place(&mut p);
                 let o = &mut o[h * head_dim..(h + 1) * head_dim];
                 for (j, pj) in p.iter().enumerate() {
-                    o.iter_mut().zip(row(j, 2, h)).for_each(|(o, v)| *o = pj.mul_add(*v, *o));
+                    axpy(*pj, row(j, 2, h), o);
                 }
             }
         });
