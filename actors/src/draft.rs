@@ -19,14 +19,6 @@ pub struct Drafter {
 }
 
 impl Drafter {
-    /// The lookup's draft of up to `most` tokens, unless the lane is waiting after failed drafts.
-    pub fn propose(&mut self, tokens: &[u32], most: usize) -> Vec<u32> {
-        match most > 0 && self.ready() {
-            true => lookup(tokens, most),
-            false => Vec::new(),
-        }
-    }
-
     /// Whether the lane drafts this round; a round of waiting passes each time it is asked.
     pub fn ready(&mut self) -> bool {
         if self.wait > 0 {
@@ -80,38 +72,37 @@ mod tests {
 
     #[test]
     fn test_the_longest_match_wins_over_a_later_shorter_one() {
-        let mut d = Drafter::default();
         let tokens = [6, 1, 2, 3, 7, 9, 1, 2, 3, 8, 6, 1, 2, 3];
-        assert_eq!(d.propose(&tokens, 2), vec![7, 9], "four tokens match before the 7, three before the 8");
+        assert_eq!(lookup(&tokens, 2), vec![7, 9], "four tokens match before the 7, three before the 8");
     }
 
     #[test]
     fn test_a_draft_is_what_followed_the_latest_match_of_the_last_tokens() {
-        let mut d = Drafter::default();
         let tokens = [1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3];
-        assert_eq!(d.propose(&tokens, 4), vec![7, 8, 5, 1]);
-        assert_eq!(d.propose(&tokens, 2), vec![7, 8]);
-        assert_eq!(d.propose(&[4, 5, 6], 4), Vec::<u32>::new(), "no earlier match");
-        assert_eq!(d.propose(&[5, 6, 1, 5, 6], 4), Vec::<u32>::new(), "a bigram is not enough");
+        assert_eq!(lookup(&tokens, 4), vec![7, 8, 5, 1]);
+        assert_eq!(lookup(&tokens, 2), vec![7, 8]);
+        assert_eq!(lookup(&[4, 5, 6], 4), Vec::<u32>::new(), "no earlier match");
+        assert_eq!(lookup(&[5, 6, 1, 5, 6], 4), Vec::<u32>::new(), "a bigram is not enough");
     }
 
     #[test]
     fn test_failed_drafts_make_the_lane_wait_longer_each_time_and_a_success_halves_the_wait() {
         let mut d = Drafter::default();
-        let tokens = [1, 2, 3, 4, 1, 2, 3];
-        let draft = d.propose(&tokens, 4);
-        d.pending = draft.len();
+        assert!(d.ready());
+        d.pending = 4;
         assert_eq!(d.settle(16), (4, 0));
-        assert!(d.propose(&tokens, 4).is_empty(), "waits one round");
-        d.pending = d.propose(&tokens, 4).len();
-        d.settle(16);
-        assert!(d.propose(&tokens, 4).is_empty() && d.propose(&tokens, 4).is_empty(), "then two");
-        d.pending = d.propose(&tokens, 4).len();
-        d.accepted = 2;
-        assert_eq!(d.settle(16), (4, 2));
-        assert!(!d.propose(&tokens, 4).is_empty(), "no wait after a success");
+        assert!(!d.ready(), "waits one round");
+        assert!(d.ready());
         d.pending = 4;
         d.settle(16);
-        assert!(d.propose(&tokens, 4).is_empty(), "a failure after it waits half as long as the last");
+        assert!(!d.ready() && !d.ready(), "then two");
+        assert!(d.ready());
+        d.pending = 4;
+        d.accepted = 2;
+        assert_eq!(d.settle(16), (4, 2));
+        assert!(d.ready(), "no wait after a success");
+        d.pending = 4;
+        d.settle(16);
+        assert!(!d.ready(), "a failure after it waits half as long as the last");
     }
 }
