@@ -16,9 +16,8 @@ import os
 import shlex
 import statistics
 import sys
-import time
 
-from bench_openai import serve, sse_events
+from bench_openai import serve, stream_chat
 
 DRAFTED, ACCEPTED = "tensorfold_drafted_tokens_total", "tensorfold_draft_accepted_tokens_total"
 
@@ -39,28 +38,14 @@ TASKS = {
 def run(endpoint, model, prompt, draft, max_tokens):
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
             "temperature": 0, "stream": True, "draft": draft, "stream_options": {"include_usage": True}}
-    conn = endpoint.connect()
-    start = time.perf_counter()
-    conn.request("POST", endpoint.prefix + "/chat/completions", json.dumps(body), endpoint.headers)
-    response = conn.getresponse()
-    if response.status != 200:
-        sys.exit(f"status {response.status}: {response.read()[:300]!r}")
-    first, text, tokens = None, [], 0
-    for data in sse_events(response):
-        if data == "[DONE]":
-            break
-        chunk = json.loads(data)
-        for choice in chunk.get("choices", []):
-            piece = choice.get("delta", {}).get("content")
-            if piece:
-                first = first or time.perf_counter()
-                text.append(piece)
-        if chunk.get("usage"):
-            tokens = chunk["usage"]["completion_tokens"]
-    end = time.perf_counter()
-    conn.close()
-    rate = (tokens - 1) / (end - first) if first and tokens > 1 and end > first else 0.0
-    return "".join(text), rate
+    try:
+        result = stream_chat(endpoint, body)
+    except RuntimeError as error:
+        sys.exit(str(error))
+    times, tokens = result["token_times"], (result["usage"] or {}).get("completion_tokens", 0)
+    first, end = (times[0] if times else None), result["done_s"]
+    rate = (tokens - 1) / (end - first) if first is not None and tokens > 1 and end > first else 0.0
+    return result["text"], rate
 
 
 def side_by_side(endpoint, model, prompt, streams, repeats, max_tokens):

@@ -119,14 +119,15 @@ def sse_events(response):
 
 
 def stream_chat(endpoint, body):
-    """One streaming chat completion: times of each content chunk, usage and finish_reason."""
+    """One streaming chat completion: times of each content chunk, the text, usage, finish_reason and the time of
+    the stream's end, all from the request's start."""
     conn = endpoint.connect()
     start = time.perf_counter()
     conn.request("POST", endpoint.prefix + "/chat/completions", json.dumps(body), endpoint.headers)
     response = conn.getresponse()
     if response.status != 200:
         raise RuntimeError(f"status {response.status}: {response.read()[:500]!r}")
-    token_times, usage, finish = [], None, None
+    token_times, text, usage, finish = [], [], None, None
     for data in sse_events(response):
         if data == "[DONE]":
             break
@@ -134,11 +135,14 @@ def stream_chat(endpoint, body):
         if chunk.get("usage"):
             usage = chunk["usage"]
         for choice in chunk.get("choices", []):
-            if choice.get("delta", {}).get("content"):
+            piece = choice.get("delta", {}).get("content")
+            if piece:
                 token_times.append(time.perf_counter() - start)
+                text.append(piece)
             finish = choice.get("finish_reason") or finish
+    done = time.perf_counter() - start
     conn.close()
-    return {"token_times": token_times, "usage": usage, "finish_reason": finish}
+    return {"token_times": token_times, "text": "".join(text), "usage": usage, "finish_reason": finish, "done_s": done}
 
 
 def percentile(values, q):
