@@ -7,12 +7,14 @@ use actix::Addr;
 use tensorfold_actors::cuda_driver::CudaDriver;
 use tensorfold_actors::device::{allocate_blocking, spawn_device, Allocation, DeviceActor};
 use tensorfold_actors::ledger::{Ledger, LedgerError, MemoryKind};
+use tensorfold_audio::SnacDecoder;
 use tensorfold_engine::boundary::{Engine, KvPool};
 use tensorfold_engine::error::LoadError;
 use tensorfold_engine::fetch::Fetcher;
 use tensorfold_engine::llama::cuda::{CudaOptions, Sizing};
 use tensorfold_engine::memory::{Held, MemoryError};
 use tensorfold_engine::model::CudaModel;
+use tensorfold_engine::speech::drama::cuda::CudaSnac;
 use tensorfold_kernels::cuda::Gpu;
 
 /// Which backend runs the model.
@@ -64,6 +66,14 @@ impl CudaDevice {
             self.allocate(kind, bytes).map(|a| Box::new(a) as Held).map_err(|e| MemoryError(e.to_string()))
         };
         tensorfold_engine::model::load_cuda(path, self.gpu.clone(), sizing, self.options, &mut alloc, progress)
+    }
+
+    /// The SNAC codec's weights and buffers on the GPU, through the ledger.
+    pub fn load_codec(&self, codec: &SnacDecoder) -> Result<CudaSnac, LoadError> {
+        let mut alloc = |kind, bytes| -> Result<Held, MemoryError> {
+            self.allocate(kind, bytes).map(|a| Box::new(a) as Held).map_err(|e| MemoryError(e.to_string()))
+        };
+        CudaSnac::load(codec, self.gpu.clone(), &mut alloc)
     }
 
     /// A KV pool of `num_pages` pages on the GPU, for driving an engine directly (tools and tests).

@@ -9,7 +9,7 @@ use actix::Addr;
 use anyhow::{bail, Context, Result};
 use tensorfold_actors::device::DeviceActor;
 use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
-use tensorfold_engine::boundary::{Engine, KvPool};
+use tensorfold_engine::boundary::{Codec, Engine, KvPool};
 use tensorfold_engine::fetch::Fetcher;
 use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};
 use tensorfold_engine::llama::config::ModelConfig;
@@ -17,9 +17,10 @@ use tensorfold_engine::llama::cuda::Sizing;
 use tensorfold_engine::llama::Llama;
 use tensorfold_engine::model::{CudaModel, LoadedModel};
 use tensorfold_engine::speech::drama::stream::SnacCodec;
+use tensorfold_engine::speech::drama::DramaParts;
 use tensorfold_engine::speech::hibari::voice::{HibariModel, HIBARI_SAMPLE_RATE};
 use tensorfold_engine::speech::hibari::{HibariText, HibariVoice};
-use tensorfold_engine::speech::speakers::{Speaker, VoiceSpeaker};
+use tensorfold_engine::speech::speakers::{Speaker, SpeechFrontEnd, VoiceSpeaker};
 use tensorfold_engine::text::tokenizer::Tokenizer;
 
 use crate::cuda_setup::{CudaDevice, Device};
@@ -241,6 +242,59 @@ pub fn drama_spec(name: String, llama: Llama, codec: SnacCodec, round_tokens: us
         context: llama.config().max_position,
         kind: ModelKind::Tokens { engine: Box::new(llama), codec: Some(Box::new(codec)) },
     }
+}
+
+/// A Drama checkpoint served where `target` runs: its front end, its codec (on the GPU with the text model), and its
+/// language model, without the codec, unless it is `target` itself (`same`), whose text and speech lanes then share
+/// every forward pass.
+pub fn drama(
+    target: &Loaded,
+    dir: &Path,
+    same: bool,
+    sizing: Sizing,
+    round_tokens: usize,
+    parallel: usize,
+) -> Result<(SpeechFrontEnd, Box<dyn Codec>, Option<ModelSpec>)> {
+    let loading = || format!("loading the speech model {}", dir.display());
+    let parts = DramaParts::open(dir).with_context(loading)?;
+    let name = dir.file_name().map_or_else(|| "drama".into(), |n| n.to_string_lossy().into_owned());
+    let mut quiet = |_: usize, _: usize| {};
+    let (front, codec, spec): (_, Box<dyn Codec>, _) = match target {
+        Loaded::Cpu(_) if same => {
+            let (codec, front) = SpeechFrontEnd::from_parts(parts, name, target.config().max_position);
+            (front, Box::new(SnacCodec(Arc::new(codec))), None)
+        }
+        Loaded::Cpu(_) => {
+            let llama = tensorfold_engine::model::load(dir, &mut quiet).with_context(loading)?.llama;
+            let (codec, front) = SpeechFrontEnd::from_parts(parts, name.clone(), llama.config().max_position);
+            let codec = SnacCodec(Arc::new(codec));
+            let mut spec = drama_spec(name, llama, codec.clone(), round_tokens, parallel);
+            if let ModelKind::Tokens { codec, .. } = &mut spec.kind {
+                *codec = None;
+            }
+            (front, Box::new(codec), Some(spec))
+        }
+        Loaded::Cuda(dev, _) => {
+            let codec = dev.load_codec(&parts.codec).with_context(loading)?;
+            let model = match same {
+                true => None,
+                false => Some(dev.load(dir, sizing, &mut quiet).with_context(loading)?),
+            };
+            let positions = model.as_ref().map_or(target.config().max_position, |m| m.llama.config().max_position);
+            let context = positions.min(sizing.context);
+            let (_, front) = SpeechFrontEnd::from_parts(parts, name.clone(), context);
+            // The device's ledger holds a GPU model's weights and buffers already.
+            let spec = model.map(|m| ModelSpec {
+                name,
+                weight_bytes: 0,
+                activation_bytes: 0,
+                context,
+                kind: ModelKind::Tokens { engine: Box::new(m.llama), codec: None },
+            });
+            (front, Box::new(codec), spec)
+        }
+    };
+    Ok((front, codec, spec))
 }
 
 /// Refuses a `--context` the model cannot hold; unset, the model's own, at most 4096.

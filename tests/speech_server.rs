@@ -266,6 +266,7 @@ fn test_bad_speech_requests_are_openai_400s_naming_the_field() {
         (ok(json!({"speed": 5})), "speed", "5"),
         (ok(json!({"speed": 2.0})), "speed", "1.0"),
         (ok(json!({"stream_format": "chunks"})), "stream_format", "chunks"),
+        (ok(json!({"max_tokens": 0})), "max_tokens", "at least 1"),
         (json!({"input": "Hello there", "voice": "tara"}), "model", "model"),
     ];
     for (body, param, needle) in &cases {
@@ -282,6 +283,21 @@ fn test_bad_speech_requests_are_openai_400s_naming_the_field() {
     let get = server.get(SPEECH);
     assert_eq!(get.status, 405, "GET {SPEECH}: {}", get.text());
     assert_eq!(get.header("allow"), Some("POST"), "{:?}", get.headers);
+}
+
+#[test]
+fn test_max_tokens_caps_a_drama_requests_audio_at_whole_frames() {
+    let server = drama_server(&[]);
+    let body = speech_body(&long_text(), "tara", 3, "pcm");
+    let full = speak(&server, &body).len();
+    let frame_bytes = 2048 * 2;
+    for (max_tokens, frames) in [(14, 2), (20, 2), (7, 1)] {
+        let mut capped = body.clone();
+        capped["max_tokens"] = json!(max_tokens);
+        let got = speak(&server, &capped).len();
+        assert_eq!(got, frames * frame_bytes, "max_tokens {max_tokens}: {got} bytes, {full} uncapped");
+    }
+    assert!(full > 2 * frame_bytes, "the uncapped request gave {full} bytes");
 }
 
 #[test]

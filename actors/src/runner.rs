@@ -140,25 +140,23 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
             "forward"
         );
     }
-    // Windows are independent, so the round decodes them side by side.
-    let codecs: Vec<Option<&dyn Codec>> = models
-        .iter()
-        .map(|m| match m {
-            ModelSlot::Tokens { codec, .. } => codec.as_deref(),
-            ModelSlot::Voice(_) => None,
-        })
-        .collect();
-    let audio = plan
-        .codec
-        .par_iter()
-        .map(|c| {
-            let pcm = match codecs.get(c.model).copied().flatten() {
-                Some(codec) => codec.decode(&c.job),
-                None => Err(EngineError::Codec(format!("model {} has no codec", c.model))),
-            };
-            (c.lane_id, pcm)
-        })
-        .collect();
+    // Each model's codec takes all of the round's windows for it in one call.
+    let mut audio = Vec::with_capacity(plan.codec.len());
+    for (m, slot) in models.iter().enumerate() {
+        let jobs: Vec<_> = plan.codec.iter().filter(|c| c.model == m).collect();
+        if jobs.is_empty() {
+            continue;
+        }
+        let pcm = match slot {
+            ModelSlot::Tokens { codec: Some(codec), .. } => {
+                codec.decode_batch(&jobs.iter().map(|c| &c.job).collect::<Vec<_>>())
+            }
+            _ => jobs.iter().map(|_| Err(EngineError::Codec(format!("model {m} has no codec")))).collect(),
+        };
+        audio.extend(jobs.iter().map(|c| c.lane_id).zip(pcm));
+    }
+    let no_model = plan.codec.iter().filter(|c| c.model >= models.len());
+    audio.extend(no_model.map(|c| (c.lane_id, Err(EngineError::Codec(format!("model {} has no codec", c.model))))));
     let voices: Vec<Option<&dyn Voice>> = models
         .iter()
         .map(|m| match m {

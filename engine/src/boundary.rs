@@ -130,6 +130,11 @@ pub trait Codec: Send + Sync {
     fn sample_rate(&self) -> u32;
     /// Samples of `job.keep`; equal, bit for bit, to the same frames of a one-shot decode.
     fn decode(&self, job: &CodecJob) -> Result<Vec<f32>, EngineError>;
+    /// Each window's `decode`, in order; a window's samples never depend on the others.
+    fn decode_batch(&self, jobs: &[&CodecJob]) -> Vec<Result<Vec<f32>, EngineError>> {
+        use rayon::prelude::*;
+        jobs.par_iter().map(|job| self.decode(job)).collect()
+    }
 }
 
 /// Turns a speech lane's tokens into codec jobs, where its tokens are sampled.

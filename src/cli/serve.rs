@@ -2,20 +2,18 @@
 
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use clap::Args;
 use tensorfold_actors::coordinator::{Drafting, Schedule};
 use tensorfold_actors::runtime::{ModelKind, RuntimeConfig};
 use tensorfold_engine::llama::cuda::Sizing;
-use tensorfold_engine::speech::speakers::{Speaker, Speakers, SpeechFrontEnd};
+use tensorfold_engine::speech::speakers::{Speaker, Speakers};
 
 use crate::cuda_setup::Device;
 use crate::server::ServeConfig;
 use crate::settings::cli::{MODEL, SERVE, SPEECH};
 use crate::settings::{Key, Settings, TableArgs};
-use crate::wiring::{
-    context, draft_spec, drama_spec, hibari_speaker, load, model_path, same_path, start_runtime, Loaded,
-};
+use crate::wiring::{context, draft_spec, drama, hibari_speaker, load, model_path, same_path, start_runtime, Loaded};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -27,9 +25,6 @@ pub fn serve(settings: &Settings) -> Result<()> {
     let size = |key| settings.size(key).expect("the table gives it a default");
     let (parallel, round_tokens, page_tokens) = (size(Key::Parallel), size(Key::RoundTokens), size(Key::PageTokens));
     let speech_model = settings.path(Key::SpeechModel);
-    if settings.device() == Device::Cuda && speech_model.is_some() {
-        bail!("--speech-model: Drama runs on the CPU only; drop it or --device cuda");
-    }
     let memory_limit = settings.size(Key::MemoryLimit);
     let sizing = Sizing {
         max_tokens: round_tokens.max(parallel),
@@ -47,9 +42,13 @@ pub fn serve(settings: &Settings) -> Result<()> {
         Loaded::Cuda(dev, _) => Some(dev.cap),
         Loaded::Cpu(_) => memory_limit,
     };
-    let (text, tokenizer, device) = model.into_spec(context, round_tokens, parallel);
     let fetcher = settings.fetcher()?;
     let text_path = model_path(settings, &fetcher)?;
+    let drama = match speech_model {
+        Some(dir) => Some(drama(&model, dir, same_path(dir, &text_path), sizing, round_tokens, parallel)?),
+        None => None,
+    };
+    let (text, tokenizer, device) = model.into_spec(context, round_tokens, parallel);
     let draft_tokens = settings.size(Key::DraftTokens);
     let drafting = match settings.device() {
         Device::Cuda => Drafting::on_gpu(draft_tokens.unwrap_or(12)),
@@ -65,18 +64,21 @@ pub fn serve(settings: &Settings) -> Result<()> {
     let name = text.name.clone();
     let mut models: Vec<_> = std::iter::once(text).chain(draft).collect();
     let mut speakers = Speakers::default();
-    if let Some(dir) = speech_model {
-        let (llama, codec, mut front) =
-            SpeechFrontEnd::open(dir).with_context(|| format!("loading the speech model {}", dir.display()))?;
-        tracing::info!(dir = %dir.display(), voices = front.voices().names().join(","), "speech model loaded");
-        if same_path(dir, &text_path) {
-            // One checkpoint for both: speech and text lanes share every batched forward.
-            if let ModelKind::Tokens { codec: text_codec, .. } = &mut models[0].kind {
-                *text_codec = Some(Box::new(codec));
+    if let Some((mut front, codec, spec)) = drama {
+        tracing::info!(model = %front.model, voices = front.voices().names().join(","), "speech model loaded");
+        let slot = match spec {
+            Some(spec) => {
+                models.push(spec);
+                models.len() - 1
             }
-            front.model = name.clone();
-        } else {
-            models.push(drama_spec(front.model.clone(), llama, codec, round_tokens, parallel));
+            None => {
+                // One checkpoint for both: speech and text lanes share every batched forward.
+                front.model = name.clone();
+                0
+            }
+        };
+        if let ModelKind::Tokens { codec: slot_codec, .. } = &mut models[slot].kind {
+            *slot_codec = Some(codec);
         }
         speakers.push(Speaker::Drama(Arc::new(front)));
     }

@@ -47,6 +47,8 @@ pub struct SpeechRequest {
     pub seed: Option<u64>,
     /// `false` skips the prefix cache for a Drama voice's prompt.
     pub cache: bool,
+    /// Most tokens a Drama voice's language model generates (7 a frame of audio).
+    pub max_tokens: Option<usize>,
 }
 
 impl SpeechRequest {
@@ -86,7 +88,12 @@ impl SpeechRequest {
         if fields.take::<String>("instructions")?.is_some_and(|i| !i.trim().is_empty()) {
             return Err(ApiError::invalid("instructions", "'instructions' is not supported by this model"));
         }
+        let max_tokens: Option<usize> = fields.take("max_tokens")?;
+        if max_tokens == Some(0) {
+            return Err(ApiError::invalid("max_tokens", "'max_tokens' must be at least 1"));
+        }
         Ok(SpeechRequest {
+            max_tokens,
             input,
             voice: fields.take("voice")?,
             format,
@@ -128,7 +135,12 @@ pub(super) async fn speech<B: Backend>(
                 .await
                 .map_err(|e| ApiError::Internal(format!("preparing the request: {e}")))?
                 .map_err(|e| ApiError::invalid("input", e.to_string()))?;
-            Work::Tokens(TokenWork { cache: request.cache, ..work })
+            let max_tokens = request.max_tokens.map_or(work.max_tokens, |n| n.min(work.max_tokens));
+            Work::Tokens(TokenWork { cache: request.cache, max_tokens, ..work })
+        }
+        Speaker::Voice(_) if request.max_tokens.is_some() => {
+            let message = format!("'max_tokens' applies to Drama voices only, not to voice {}", voice.name());
+            return Err(ApiError::invalid("max_tokens", message));
         }
         Speaker::Voice(v) => {
             let (text, input, speed) = (v.text.clone(), request.input.clone(), request.speed as f32);

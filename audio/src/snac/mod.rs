@@ -5,6 +5,7 @@ mod config;
 mod model;
 mod noise;
 mod snake;
+pub mod view;
 
 use std::ops::Range;
 use std::path::Path;
@@ -45,6 +46,11 @@ impl SnacDecoder {
         let decoder = Decoder::load(&tensors, &config)?;
         let context_frames = exact_context(&decoder, &config);
         Ok(Self { config, quantizer, decoder, context_frames })
+    }
+
+    /// The layers with their folded weights, for running them on another backend.
+    pub fn view(&self) -> view::DecoderView<'_> {
+        self.quantizer.view(&self.decoder)
     }
 
     pub fn config(&self) -> &SnacConfig {

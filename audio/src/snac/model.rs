@@ -8,6 +8,7 @@ use super::checkpoint::Tensors;
 use super::config::{SnacConfig, NUM_CODEBOOKS};
 use super::noise;
 use super::snake::Snake;
+use super::view::{BlockView, ChannelConvView, CodebookView, DecoderView, ResidualView};
 use crate::error::CodecError;
 
 /// Kernel length of every stride-1 convolution between the latent and the PCM.
@@ -54,6 +55,13 @@ impl ChannelConv {
             Self::Depthwise(c) => c.input_span(out),
         }
     }
+
+    fn view(&self) -> ChannelConvView<'_> {
+        match self {
+            Self::Dense(c) => ChannelConvView::Dense(c),
+            Self::Depthwise(c) => ChannelConvView::Depthwise(c),
+        }
+    }
 }
 
 /// One codebook: code to embedding to `out_proj`, held for `stride` latent steps.
@@ -84,6 +92,39 @@ impl Quantizer {
             })
             .collect::<Result<_, CodecError>>()?;
         Ok(Self { codebooks, codebook_dim: dim, latent_dim })
+    }
+
+    /// The codebooks, and with `decoder` the whole path from codes to PCM.
+    pub(crate) fn view<'a>(&'a self, decoder: &'a Decoder) -> DecoderView<'a> {
+        let codebooks = self
+            .codebooks
+            .iter()
+            .map(|b| CodebookView { stride: b.stride, embedding: &b.embedding, out_proj: &b.out_proj })
+            .collect();
+        let residual = |u: &'a ResidualUnit| ResidualView {
+            snake_in: u.snake_in.view(),
+            conv: u.conv.view(),
+            snake_mid: u.snake_mid.view(),
+            pointwise: &u.pointwise,
+        };
+        let blocks = decoder
+            .blocks
+            .iter()
+            .map(|b| BlockView {
+                snake: b.snake.view(),
+                up: &b.up,
+                residuals: b.residuals.iter().map(residual).collect(),
+            })
+            .collect();
+        DecoderView {
+            codebooks,
+            codebook_dim: self.codebook_dim,
+            latent_dim: self.latent_dim,
+            input: decoder.input.iter().map(ChannelConv::view).collect(),
+            blocks,
+            snake: decoder.snake.view(),
+            output: &decoder.output,
+        }
     }
 
     /// The latent `[len][latent_dim]` for codes already checked against the codebook size and `len`.

@@ -17,6 +17,10 @@ impl Snake {
         Self { alpha, inv_alpha }
     }
 
+    pub(crate) fn view(&self) -> super::view::SnakeView<'_> {
+        super::view::SnakeView { alpha: &self.alpha, inv_alpha: &self.inv_alpha }
+    }
+
     /// Applies the activation in place to time-major rows of `alpha.len()` channels.
     pub(crate) fn forward(&self, x: &mut [f32]) {
         let c = self.alpha.len();

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use crate::boundary::{Output, TokenWork, VoiceInput};
 use tensorfold_audio::snac::NUM_CODEBOOKS;
+use tensorfold_audio::SnacDecoder;
 
 use crate::llama::Llama;
 use crate::speech::drama::stream::{DramaFrames, SnacCodec};
-use crate::speech::drama::{orpheus_sampling, DramaError, DramaLayout, DramaModel, ORPHEUS_MAX_TOKENS};
+use crate::speech::drama::{orpheus_sampling, DramaError, DramaLayout, DramaModel, DramaParts, ORPHEUS_MAX_TOKENS};
 use crate::speech::voices::{UnknownVoice, Voice, Voices};
 use crate::text::tokenizer::Tokenizer;
 
@@ -42,6 +43,13 @@ impl SpeechFrontEnd {
     pub fn split(drama: DramaModel, name: String) -> (Llama, SnacCodec, Self) {
         let DramaModel { llama, tokenizer, layout, voices, codec } = drama;
         let context = llama.config().max_position;
+        let (codec, front) = SpeechFrontEnd::from_parts(DramaParts { tokenizer, layout, voices, codec }, name, context);
+        (llama, SnacCodec(Arc::new(codec)), front)
+    }
+
+    /// A front end for a checkpoint whose language model, of `context` positions, is loaded elsewhere; and its codec.
+    pub fn from_parts(parts: DramaParts, name: String, context: usize) -> (SnacDecoder, Self) {
+        let DramaParts { tokenizer, layout, voices, codec } = parts;
         let front = SpeechFrontEnd {
             model: name.clone(),
             name,
@@ -53,7 +61,7 @@ impl SpeechFrontEnd {
             context_frames: codec.context_frames(),
             context,
         };
-        (llama, SnacCodec(Arc::new(codec)), front)
+        (codec, front)
     }
 
     pub fn voices(&self) -> &Voices {

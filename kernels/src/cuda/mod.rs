@@ -10,10 +10,12 @@ use cudarc::nvrtc::{CompileOptions, Ptx};
 use sha2::{Digest, Sha256};
 
 mod attention;
+mod conv;
 mod gemm;
 mod pack;
 pub use crate::cuda_pack::{gate_up_order, gemm_segments, pack_weight, packed_index, packed_rows, GemmTuning, Graph};
 pub use attention::{attention_group_rows, AttentionArgs, QkvArgs, ATTENTION_SPLIT, HEAD_DIMS};
+pub use conv::{ConvLaunch, Windows};
 pub use gemm::NormIn;
 pub use pack::{packed_vector, Event, PackPlace};
 
@@ -21,7 +23,7 @@ pub use pack::{packed_vector, Event, PackPlace};
 pub type DevPtr = u64;
 
 /// The kernel sources, one file per family of operations, compiled together as one module.
-pub const SOURCES: [(&str, &str); 8] = [
+pub const SOURCES: [(&str, &str); 9] = [
     ("prelude.cu", include_str!("../../cuda/prelude.cu")),
     ("norm.cu", include_str!("../../cuda/norm.cu")),
     ("gemm.cu", include_str!("../../cuda/gemm.cu")),
@@ -30,6 +32,7 @@ pub const SOURCES: [(&str, &str); 8] = [
     ("attention.cu", include_str!("../../cuda/attention.cu")),
     ("sampling.cu", include_str!("../../cuda/sampling.cu")),
     ("pack.cu", include_str!("../../cuda/pack.cu")),
+    ("conv.cu", include_str!("../../cuda/conv.cu")),
 ];
 
 /// Most query heads sharing one KV head.
@@ -74,6 +77,11 @@ struct Functions {
     attention: [CudaFunction; 4],
     argmax_rows: CudaFunction,
     pack_rows: CudaFunction,
+    snac_latent: CudaFunction,
+    snac_snake: CudaFunction,
+    snac_depthwise: CudaFunction,
+    snac_conv_gemm: CudaFunction,
+    snac_conv_rows: CudaFunction,
     /// Whether launches may overlap the previous kernel's tail (programmatic dependent launch, sm_90 on).
     overlap: bool,
 }
@@ -216,6 +224,11 @@ impl Gpu {
             ],
             argmax_rows: load("argmax_rows")?,
             pack_rows: load("pack_rows")?,
+            snac_latent: load("snac_latent")?,
+            snac_snake: load("snac_snake")?,
+            snac_depthwise: load("snac_depthwise")?,
+            snac_conv_gemm: load("snac_conv_gemm")?,
+            snac_conv_rows: load("snac_conv_rows")?,
             overlap: major >= 9 && options.overlap,
         };
         gemm::allow_shared_memory(&f)?;
@@ -447,7 +460,10 @@ mod tests {
     #[test]
     fn test_kernels_compile_where_nvrtc_is_present() {
         match compile_ptx("sm_90") {
-            Ok(ptx) => assert!(ptx.contains(".entry gemm_m16") && ptx.contains("mma.sync"), "PTX lacks the GEMM"),
+            Ok(ptx) => {
+                assert!(ptx.contains(".entry gemm_m16") && ptx.contains("mma.sync"), "PTX lacks the GEMM");
+                assert!(ptx.contains(".entry snac_conv_gemm"), "PTX lacks the codec kernels");
+            }
             Err(GpuError::NoNvrtc) => eprintln!("skipped: no NVRTC library on this machine"),
             Err(e) => panic!("{e}"),
         }

@@ -8,6 +8,7 @@ use tensorfold_audio::snac::{Codes, NUM_CODEBOOKS};
 use tensorfold_audio::{CodecError, SnacDecoder};
 use tensorfold_kernels::sampling::SamplingParams;
 
+pub mod cuda;
 pub mod stream;
 
 use crate::error::LoadError;
@@ -306,17 +307,16 @@ pub struct Synthesis {
     pub pcm: Vec<f32>,
 }
 
-/// A Drama checkpoint ready to speak: the language model, its tokenizer and layout, voices and codec.
-pub struct DramaModel {
-    pub llama: Llama,
+/// A Drama checkpoint's parts beside its language model: tokenizer and layout, voices, codec.
+pub struct DramaParts {
     pub tokenizer: Tokenizer,
     pub layout: DramaLayout,
     pub voices: Voices,
     pub codec: SnacDecoder,
 }
 
-impl DramaModel {
-    /// Loads `dir` (a Hugging Face Llama directory) and its codec in `dir/snac`.
+impl DramaParts {
+    /// Reads `dir` (a Hugging Face Llama directory) but its weights, and its codec in `dir/snac`.
     pub fn open(dir: &Path) -> Result<Self, DramaError> {
         if !dir.is_dir() {
             return Err(DramaError::NotDrama { dir: dir.into(), fault: "not a directory".into() });
@@ -332,9 +332,27 @@ impl DramaModel {
             return Err(DramaError::NotDrama { dir: dir.into(), fault });
         }
         let voices = voices_from_dir(dir)?;
-        let loaded = crate::model::load(dir, &mut |_, _| {})?;
-        let layout = DramaLayout::from_tokenizer(&loaded.tokenizer)?;
-        Ok(DramaModel { llama: loaded.llama, tokenizer: loaded.tokenizer, layout, voices, codec })
+        let tokenizer = Tokenizer::from_hf_dir(dir)?;
+        let layout = DramaLayout::from_tokenizer(&tokenizer)?;
+        Ok(DramaParts { tokenizer, layout, voices, codec })
+    }
+}
+
+/// A Drama checkpoint ready to speak: the language model, its tokenizer and layout, voices and codec.
+pub struct DramaModel {
+    pub llama: Llama,
+    pub tokenizer: Tokenizer,
+    pub layout: DramaLayout,
+    pub voices: Voices,
+    pub codec: SnacDecoder,
+}
+
+impl DramaModel {
+    /// Loads `dir` (a Hugging Face Llama directory) and its codec in `dir/snac`.
+    pub fn open(dir: &Path) -> Result<Self, DramaError> {
+        let DramaParts { tokenizer, layout, voices, codec } = DramaParts::open(dir)?;
+        let llama = crate::model::load(dir, &mut |_, _| {})?.llama;
+        Ok(DramaModel { llama, tokenizer, layout, voices, codec })
     }
 
     pub fn sample_rate(&self) -> u32 {
