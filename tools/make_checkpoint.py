@@ -307,8 +307,10 @@ def enumerate_merges(count):
     return merges
 
 
-def special_layout(arch, vocab_size, bos_id, eos_id):
-    """Id to text of every special token: from the first special id to the end of the vocabulary."""
+def special_layout(arch, vocab_size, bos_id, eos_id, named=None):
+    """Id to text of every special token: from the first special id to the end of the vocabulary.
+
+    `named` (id to text) names specials beyond the family's known ones, such as Orpheus's custom tokens."""
     known = LLAMA3_SPECIALS if arch == "llama" else QWEN_SPECIALS
     ids = [i for i in (bos_id, eos_id) if i is not None]
     first = min(ids) if ids else vocab_size - TINY_SPECIALS
@@ -317,15 +319,16 @@ def special_layout(arch, vocab_size, bos_id, eos_id):
         eos_id = first + (1 if arch == "llama" else 2)
     assert 256 < first and max(ids + [first]) < vocab_size, "specials must follow the 256 byte tokens"
     names = {first + offset: text for offset, text in known.items() if first + offset < vocab_size}
+    names.update(named or {})
     names = {i: names.get(i, f"<|reserved_{i - first}|>") for i in range(first, vocab_size)}
     return first, names, bos_id, eos_id
 
 
-def build_tokenizer(arch, vocab_size, bos_id, eos_id):
+def build_tokenizer(arch, vocab_size, bos_id, eos_id, named=None):
     """A byte-level BPE with exactly vocab_size entries; returns (tokenizers.Tokenizer, tokenizer_config dict)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-    first, names, bos_id, eos_id = special_layout(arch, vocab_size, bos_id, eos_id)
+    first, names, bos_id, eos_id = special_layout(arch, vocab_size, bos_id, eos_id, named)
     chars = byte_chars()
     merges = enumerate_merges(first - 256)
     vocab = {c: i for i, c in enumerate(chars)}

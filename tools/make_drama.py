@@ -2,6 +2,7 @@
 """Builds a small seeded Drama checkpoint (an Orpheus-layout Llama 3 and a SNAC codec) and its goldens.
 
     make_drama.py --out tests/data/drama [--codec tests/data/snac]
+    make_drama.py --shape orpheus-3b --out DIR [--layers N] [--check TOKENS]   # see tools/drama_orpheus.py
 
 The directory it writes is a Drama checkpoint as docs/speech.md describes it:
 
@@ -337,7 +338,20 @@ def main():
     ap.add_argument("--codec", type=pathlib.Path, default=pathlib.Path("tests/data/snac"))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--shape", choices=["test", "orpheus-3b"], default="test",
+                    help="test: the small trained checkpoint and goldens; orpheus-3b: Orpheus 3B's shape, structured")
+    ap.add_argument("--layers", type=int, default=28, help="orpheus-3b: keep the first N layers (a reduced copy)")
+    ap.add_argument("--check", type=int, metavar="TOKENS", help="orpheus-3b: decode TOKENS with transformers and report")
+    ap.add_argument("--device", help="orpheus-3b: where to build the weights (default: cuda if present, else cpu)")
     args = ap.parse_args()
+    if args.shape == "orpheus-3b":
+        import drama_orpheus
+
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        drama_orpheus.build(args.out, args.seed, args.layers, device)
+        if args.check:
+            drama_orpheus.check(args.out, args.check, args.seed, device)
+        return
 
     from safetensors.numpy import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
