@@ -72,14 +72,27 @@ class Endpoint:
 
 
 @contextlib.contextmanager
-def serve(binary, args, timeout_s=600):
-    """Runs `BINARY serve ARGS` on a free port; yields its /v1 Endpoint once /health answers, and stops it after."""
+def serve(binary, args, timeout_s=600, log_path=None):
+    """Runs `BINARY serve ARGS` on a free port; yields its /v1 Endpoint once /health answers, and stops it after.
+
+    With log_path, every line the server writes to stderr is also written to that file."""
     command = [binary, "serve", "--host", "127.0.0.1", "--port", "0", *args]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = open(log_path, "w") if log_path else None
+
+    def drain():
+        for line in server.stderr:
+            if log:
+                log.write(line)
+
+    drainer = threading.Thread(target=drain, daemon=True)
     try:
         lines, url = [], None
         for line in server.stderr:
             lines.append(line.rstrip())
+            if log:
+                log.write(line)
+                log.flush()
             if line.startswith("listening on http://"):
                 url = line.split()[-1]
                 break
@@ -87,7 +100,7 @@ def serve(binary, args, timeout_s=600):
             server.wait()
             raise SystemExit(f"tensorfold exited with {server.returncode}:\n" + "\n".join(lines[-20:]))
         # Keeps draining stderr so the server never blocks on a full pipe.
-        threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
+        drainer.start()
         endpoint = Endpoint(url + "/v1")
         deadline = time.time() + timeout_s
         while not endpoint.healthy():
@@ -97,7 +110,15 @@ def serve(binary, args, timeout_s=600):
         yield endpoint
     finally:
         server.terminate()
-        server.wait()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # a graceful shutdown that waits on busy lanes
+            server.kill()
+            server.wait()
+        if log:
+            if drainer.is_alive():
+                drainer.join(timeout=5)
+            log.close()
 
 
 def sse_events(response):

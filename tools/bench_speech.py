@@ -10,8 +10,12 @@ mono, distinct seeds, a fixed set of sentences) and measures per stream:
     rtf       real-time factor = wall_s / audio_s (wall seconds spent streaming per second of audio
               produced, first-byte wait included); below 1 means faster than real time
 
-and per configuration: TTFA median and p90, per-stream RTF median (and p90), and throughput as the audio
-seconds of all streams per wall second (first request sent to last stream done), the median over --repeat.
+and per configuration: TTFA p50, p90 and p95, per-stream RTF p50, p90 and p95, the number of streams faster than
+real time (rtf < 1), and throughput as the audio seconds of all streams per wall second (first request sent to last
+stream done), the median over --repeat. `--max-tokens N` sends `"max_tokens": N` in every speech body: for a Drama
+voice the most tokens the language model generates for the request, 7 per frame of 2048 samples at 24 kHz, so a
+model that never ends its speech (as tools/make_drama.py's orpheus-3b shape) gives every stream the same
+(N // 7) * 2048 / 24000 s of audio.
 With --text-streams K each N runs twice, alone and beside K streaming text requests (max_tokens --text-max-tokens,
 started before the speech streams and looping until they finish); their tokens/s counts content chunks that
 arrive while the speech streams run. One JSON object per configuration goes to stdout, a table to stderr.
@@ -19,6 +23,11 @@ Any HTTP error, broken stream or stream without audio exits 1 with a message.
 
     python3 tools/bench_speech.py --base-url http://127.0.0.1:8000/v1 --streams 1,8,32 --text-streams 4
     python3 tools/bench_speech.py --binary target/release/tensorfold --model M --speech-model DIR --streams 1,8,32
+    python3 tools/bench_speech.py --binary .device/tensorfold --device cuda --model DIR --speech-model DIR \
+        --serve-arg=--no-voice --voice tara --max-tokens 253 --streams 64,128 --text-streams 32
+
+With --binary, --model and --speech-model may name the same Drama directory: the text streams then run on the
+speech model's own lanes. --server-log FILE keeps the server's stderr.
 """
 
 import argparse
@@ -26,6 +35,7 @@ import contextlib
 import http.client
 import json
 import shlex
+import signal
 import statistics
 import sys
 import threading
@@ -54,11 +64,13 @@ class BenchError(Exception):
     """A failure the bench reports and exits 1 on."""
 
 
-def speech_stream(endpoint, model, text, seed, voice):
+def speech_stream(endpoint, model, text, seed, voice, max_tokens=None):
     """One PCM speech stream read as it arrives: ttfa, wall, audio bytes and the sample rate."""
     body = {"model": model, "input": text, "response_format": "pcm", "stream_format": "audio", "seed": seed}
     if voice:
         body["voice"] = voice
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
     conn = endpoint.connect()
     start = time.perf_counter()
     try:
@@ -194,7 +206,8 @@ def run_once(endpoint, model, args, num_streams, num_text_streams, text_api):
     def worker(i):
         barrier.wait()
         try:
-            results[i] = speech_stream(endpoint, model, SENTENCES[i % len(SENTENCES)], args.seed + i, args.voice)
+            text = SENTENCES[i % len(SENTENCES)]
+            results[i] = speech_stream(endpoint, model, text, args.seed + i, args.voice, args.max_tokens)
         except Exception as error:  # reported below with the stream count
             errors.append(f"speech stream {i}: {error}")
 
@@ -231,11 +244,18 @@ def run_config(endpoint, model, args, num_streams, num_text_streams, text_api):
         "response_format": "pcm",
         "sample_rate": rates.pop() if len(rates) == 1 else sorted(rates),
         "rtf_definition": RTF_DEFINITION,
+        "max_tokens": args.max_tokens,
         "ttfa_median_s": statistics.median(ttfa),
+        "ttfa_p50_s": percentile(ttfa, 50),
         "ttfa_p90_s": percentile(ttfa, 90),
+        "ttfa_p95_s": percentile(ttfa, 95),
         "ttfa_max_s": max(ttfa),
         "rtf_median": statistics.median(rtf),
+        "rtf_p50": percentile(rtf, 50),
         "rtf_p90": percentile(rtf, 90),
+        "rtf_p95": percentile(rtf, 95),
+        "streams_faster_than_real_time": sum(r < 1 for r in rtf),
+        "streams_measured": len(rtf),
         "audio_s_per_stream_median": statistics.median(r["audio_s"] for r in streams),
         "audio_s_per_wall_s": statistics.median(r["audio_s_per_wall_s"] for r in rounds),
         "rounds": rounds,
@@ -253,16 +273,18 @@ def serve_args(args):
     parallel = args.parallel or max(parse_streams(args.streams)) + args.text_streams
     words = ["--parallel", str(parallel)] + (["--speech-model", args.speech_model] if args.speech_model else [])
     words += ["--model", args.model] if args.model else []
+    words += ["--device", args.device] if args.device else []
     return words + [word for arg in args.serve_arg or [] for word in shlex.split(arg)]
 
 
 def print_table(rows):
-    print(f"{'streams':>7} {'text':>4} {'TTFA p50 s':>10} {'TTFA p90 s':>10} {'RTF p50':>8} {'RTF p90':>8}"
-          f" {'audio s/s':>9} {'text tok/s':>10}", file=sys.stderr)
+    print(f"{'streams':>7} {'text':>4} {'TTFA p50 s':>10} {'TTFA p95 s':>10} {'RTF p50':>8} {'RTF p95':>8}"
+          f" {'rtf < 1':>8} {'audio s/s':>9} {'text tok/s':>10}", file=sys.stderr)
     for row in rows:
         text = f"{row['text_tok_s_total']:>10.1f}" if row["text_streams"] else f"{'-':>10}"
-        print(f"{row['streams']:>7} {row['text_streams']:>4} {row['ttfa_median_s']:>10.3f} {row['ttfa_p90_s']:>10.3f}"
-              f" {row['rtf_median']:>8.3f} {row['rtf_p90']:>8.3f} {row['audio_s_per_wall_s']:>9.2f} {text}",
+        real_time = f"{row['streams_faster_than_real_time']}/{row['streams_measured']}"
+        print(f"{row['streams']:>7} {row['text_streams']:>4} {row['ttfa_p50_s']:>10.3f} {row['ttfa_p95_s']:>10.3f}"
+              f" {row['rtf_p50']:>8.3f} {row['rtf_p95']:>8.3f} {real_time:>8} {row['audio_s_per_wall_s']:>9.2f} {text}",
               file=sys.stderr)
     print(RTF_DEFINITION, file=sys.stderr)
 
@@ -270,7 +292,7 @@ def print_table(rows):
 def bench(args):
     endpoint = Endpoint(args.base_url, args.api_key)
     model = args.model_id or endpoint.model()
-    speech_stream(endpoint, model, SENTENCES[0], args.seed, args.voice)  # warm-up, not measured
+    speech_stream(endpoint, model, SENTENCES[0], args.seed, args.voice, args.max_tokens)  # warm-up, not measured
     text_api = pick_text_api(endpoint, model, args.text_api, args.text_max_tokens) if args.text_streams else None
     rows = []
     for num_streams in parse_streams(args.streams):
@@ -288,7 +310,9 @@ def main():
     parser.add_argument("--model", help="with --binary: the text model to serve (the server's default if not given)")
     parser.add_argument("--speech-model", help="with --binary: a Drama checkpoint directory (default: the default voice)")
     parser.add_argument("--parallel", type=int, help="with --binary: lanes (default: most streams + text streams)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], help="with --binary: where the models run (serve's default)")
     parser.add_argument("--serve-arg", action="append", help="with --binary: more serve arguments, repeatable")
+    parser.add_argument("--server-log", help="with --binary: write the server's stderr to this file")
     parser.add_argument("--streams", action="append", help="concurrent speech streams: repeatable or a comma list (1)")
     parser.add_argument("--text-streams", type=int, default=0, help="also run each N beside this many text streams")
     parser.add_argument("--text-max-tokens", type=int, default=64, help="max_tokens of each text request (64)")
@@ -297,6 +321,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=1, help="rounds per configuration (1)")
     parser.add_argument("--seed", type=int, default=1, help="seed of stream 0; stream i gets seed + i (1)")
     parser.add_argument("--voice", help="the voice of every stream (the server's default if not given)")
+    parser.add_argument("--max-tokens", type=int, help="the speech body's max_tokens: most LM tokens per stream (Drama)")
     parser.add_argument("--model-id", help="the request's model field (default: the first of /v1/models)")
     parser.add_argument("--api-key", help="sent as the Bearer token")
     args = parser.parse_args()
@@ -304,9 +329,14 @@ def main():
         parser.error("--binary cannot go with --base-url")
     if args.repeat < 1 or args.text_streams < 0:
         parser.error("--repeat must be at least 1 and --text-streams not negative")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        parser.error("--max-tokens must be at least 1")
 
+    # A timeout's SIGTERM unwinds through serve(), which stops the server it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
     try:
-        with serve(args.binary, serve_args(args)) if args.binary else contextlib.nullcontext() as endpoint:
+        server = serve(args.binary, serve_args(args), log_path=args.server_log) if args.binary else None
+        with server or contextlib.nullcontext() as endpoint:
             args.base_url = endpoint.base_url if endpoint else args.base_url or "http://127.0.0.1:8000/v1"
             bench(args)
     except (BenchError, RuntimeError, OSError, http.client.HTTPException) as error:
