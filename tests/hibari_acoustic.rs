@@ -12,6 +12,11 @@ use tensorfold_engine::speech::hibari::acoustic::{
 };
 
 const TOLERANCE: f32 = 1e-4;
+/// The frame decoder runs in int8 with activations quantized per row, so its outputs (log magnitudes and
+/// phases) move off the f32 graph's: these bounds hold ours, and the shipped int8 graph itself is further
+/// off (docs/speech.md gives both).
+const SPECTRAL_MAX: f32 = 0.4;
+const SPECTRAL_RMS: f64 = 0.035;
 /// f0 is in Hz, 100 times a network output: the reference's own f32 rounding already moves it by a few
 /// units in the last place, so its tolerance is that of the other outputs scaled up.
 const F0_TOLERANCE: f32 = 5e-4;
@@ -132,7 +137,7 @@ fn saved_bins<'a>(out: &'a DecodedFrames, part: &str) -> &'a [f32] {
 fn test_decode_matches_reference_spectral_bins() {
     let Some(model) = model() else { return };
     let gold = goldens();
-    let mut worst: HashMap<&str, f32> = HashMap::new();
+    let mut worst: HashMap<&str, (f32, f64, usize)> = HashMap::new();
     for g in &gold.sentences {
         let p = prepared(model, g);
         let out = model.decode_frames(&p, 0..p.num_frames);
@@ -141,18 +146,23 @@ fn test_decode_matches_reference_spectral_bins() {
             let ours = saved_bins(&out, part);
             let want = &gold.tensors[part];
             let nb = g.bins.len();
-            let mut d = 0f32;
+            let (max, squares, count) = worst.entry(part).or_default();
             for f in 0..g.num_frames {
                 for (i, &bin) in g.bins.iter().enumerate() {
-                    d = d.max((ours[f * NUM_BINS + bin] - want[(g.offset + f) * nb + i]).abs());
+                    let d = (ours[f * NUM_BINS + bin] - want[(g.offset + f) * nb + i]).abs();
+                    assert!(d <= SPECTRAL_MAX, "{}: {part} differs by {d} at frame {f}, bin {bin}", g.text);
+                    *max = max.max(d);
+                    *squares += (d as f64).powi(2);
+                    *count += 1;
                 }
             }
-            assert!(d <= TOLERANCE, "{}: {part} differs by {d}", g.text);
-            let w = worst.entry(part).or_default();
-            *w = w.max(d);
         }
     }
-    println!("max |diff| per output: {worst:?}");
+    for (part, (max, squares, count)) in &worst {
+        let rms = (squares / *count as f64).sqrt();
+        println!("{part}: max |diff| {max:.4}, rms {rms:.5}");
+        assert!(rms <= SPECTRAL_RMS, "{part}: rms difference {rms}");
+    }
 }
 
 /// Decodes `frames` in consecutive windows of `size` and checks each against the whole decode.

@@ -7,12 +7,14 @@
 
 use std::ops::Range;
 
-use super::layers::{with_context, ConvNextBlock, DenseConv, LayerNorm, Linear};
+use super::layers::{with_context, ConvNextBlock, DenseConv, LayerNorm, Linear, Precision};
 use super::weights::GraphWeights;
 use super::{AcousticError, DEC_CHANNELS, HEAD_WIDTH};
 
 const WIDTH: usize = 256;
 const HIDDEN: usize = 768;
+/// The frame decoder runs its pointwise layers in int8, as the graph does.
+const DECODER: Precision = Precision::Int8;
 
 pub struct FrameDecoder {
     input: DenseConv,
@@ -25,13 +27,13 @@ impl FrameDecoder {
     pub fn load(w: &GraphWeights) -> Result<Self, AcousticError> {
         let mut blocks = Vec::new();
         while w.has(&format!("m.dec.{}.dw.weight", blocks.len())) {
-            blocks.push(ConvNextBlock::load(w, &format!("m.dec.{}", blocks.len()), WIDTH, HIDDEN, 7, 1)?);
+            blocks.push(ConvNextBlock::load(w, &format!("m.dec.{}", blocks.len()), WIDTH, HIDDEN, 7, 1, DECODER)?);
         }
         Ok(Self {
             input: DenseConv::load(w, "m.dec_in", DEC_CHANNELS, WIDTH, 7)?,
             blocks,
             norm: LayerNorm::load(w, "m.dec_norm", WIDTH)?,
-            head: Linear::load(w, "m.head.bias", WIDTH, HEAD_WIDTH)?,
+            head: Linear::load(w, "m.head.bias", WIDTH, HEAD_WIDTH, DECODER)?,
         })
     }
 

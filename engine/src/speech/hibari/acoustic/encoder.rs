@@ -1,6 +1,6 @@
 //! The sentence-level half: two text encoders, the duration head, length regulation and prosody.
 
-use super::layers::{gelu_in_place, ConvNextBlock, DenseConv, LayerNorm, TransformerLayer};
+use super::layers::{gelu_in_place, ConvNextBlock, DenseConv, LayerNorm, Precision, TransformerLayer};
 use super::weights::GraphWeights;
 use super::{AcousticError, DEC_CHANNELS};
 
@@ -15,6 +15,8 @@ const F0_SCALE: f32 = 100.0;
 const ENERGY_SCALE: f32 = 5.0;
 /// The decoder sees log-f0 and energy divided by this.
 const FEATURE_DIV: f32 = 5.0;
+/// The sentence-level layers keep f32, so durations and f0 stay those of the dequantized graph.
+const SENTENCE: Precision = Precision::F32;
 
 /// Embedding, ConvNeXt blocks (depthwise k5), one transformer layer applied `num_passes` times, LayerNorm.
 pub struct TextEncoder {
@@ -30,7 +32,15 @@ impl TextEncoder {
     pub fn load(w: &GraphWeights, prefix: &str, width: usize, vocab: usize) -> Result<Self, AcousticError> {
         let mut convs = Vec::new();
         while w.has(&format!("{prefix}.convs.{}.dw.weight", convs.len())) {
-            convs.push(ConvNextBlock::load(w, &format!("{prefix}.convs.{}", convs.len()), width, 2 * width, 5, 1)?);
+            convs.push(ConvNextBlock::load(
+                w,
+                &format!("{prefix}.convs.{}", convs.len()),
+                width,
+                2 * width,
+                5,
+                1,
+                SENTENCE,
+            )?);
         }
         // The shared layer runs once per LayerNorm node that reads its norm1 weight.
         let num_passes = w.num_uses(&format!("{prefix}.attn.norm1.weight"));
@@ -38,7 +48,7 @@ impl TextEncoder {
             embedding: w.f32(&format!("{prefix}.emb.weight"), vocab * width)?,
             width,
             convs,
-            attn: TransformerLayer::load(w, &format!("{prefix}.attn"), width, 2 * width, 2)?,
+            attn: TransformerLayer::load(w, &format!("{prefix}.attn"), width, 2 * width, 2, SENTENCE)?,
             num_passes,
             norm: LayerNorm::load(w, &format!("{prefix}.norm"), width)?,
         })
@@ -99,7 +109,7 @@ impl Prosody {
         while w.has(&format!("pn.pro.{}.dw.weight", blocks.len())) {
             let prefix = format!("pn.pro.{}", blocks.len());
             let dilation = w.conv_dilation(&format!("{prefix}.dw.weight"))?;
-            blocks.push(ConvNextBlock::load(w, &prefix, PN_WIDTH, 2 * PN_WIDTH, 7, dilation)?);
+            blocks.push(ConvNextBlock::load(w, &prefix, PN_WIDTH, 2 * PN_WIDTH, 7, dilation, SENTENCE)?);
         }
         Ok(Self {
             input: DenseConv::load(w, "pn.pro_in", PN_WIDTH, PN_WIDTH, 1)?,

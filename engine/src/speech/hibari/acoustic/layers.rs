@@ -2,6 +2,7 @@
 
 use rayon::prelude::*;
 use tensorfold_kernels::conv::{Conv1d, DepthwiseConv1d, Geometry};
+use tensorfold_kernels::int8::{matmul_int8, Int8Matrix};
 use tensorfold_kernels::matmul::matmul;
 use tensorfold_kernels::ops::dot;
 use tensorfold_kernels::simd::axpy;
@@ -70,26 +71,60 @@ impl LayerNorm {
     }
 }
 
-/// `y = x · W + b`, with W dequantized from the graph's int8 weight at load.
+/// How a pointwise layer computes: the dequantized weight in f32, or the int8 weight with activations
+/// quantized per row to uint8 (the graph's own dynamic quantization, row by row instead of per tensor).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    F32,
+    Int8,
+}
+
+enum LinearWeight {
+    F32(Weight),
+    Int8(Int8Matrix),
+}
+
+/// `y = x · W + b` with the graph's int8 weight W.
 pub struct Linear {
-    weight: Weight,
+    weight: LinearWeight,
     bias: Vec<f32>,
 }
 
 impl Linear {
     /// The pointwise layer whose bias initializer is `bias_name`.
-    pub fn load(w: &GraphWeights, bias_name: &str, c_in: usize, c_out: usize) -> Result<Self, AcousticError> {
-        let weight = w.dequantized(bias_name, c_in, c_out)?;
+    pub fn load(
+        w: &GraphWeights,
+        bias_name: &str,
+        c_in: usize,
+        c_out: usize,
+        precision: Precision,
+    ) -> Result<Self, AcousticError> {
+        let weight = match precision {
+            Precision::F32 => LinearWeight::F32(w.dequantized(bias_name, c_in, c_out)?),
+            Precision::Int8 => LinearWeight::Int8(w.quantized(bias_name, c_in, c_out)?),
+        };
         Ok(Self { weight, bias: w.f32(bias_name, c_out)? })
     }
 
     pub fn forward(&self, x: &[f32]) -> Vec<f32> {
-        let (n, k) = (self.weight.rows(), self.weight.cols());
-        let num_rows = x.len() / k;
+        let n = self.bias.len();
+        let num_rows = x.len() / self.c_in();
         let mut out = vec![0f32; num_rows * n];
-        matmul(x, num_rows, &self.weight, &mut out);
-        out.par_chunks_mut(n).for_each(|row| row.iter_mut().zip(&self.bias).for_each(|(o, b)| *o += b));
+        match &self.weight {
+            LinearWeight::F32(weight) => {
+                matmul(x, num_rows, weight, &mut out);
+                out.par_chunks_mut(n).for_each(|row| row.iter_mut().zip(&self.bias).for_each(|(o, b)| *o += b));
+            }
+            LinearWeight::Int8(weight) => matmul_int8(x, num_rows, weight, &self.bias, &mut out),
+        }
         out
+    }
+
+    fn c_in(&self) -> usize {
+        match &self.weight {
+            LinearWeight::F32(w) => w.cols(),
+            LinearWeight::Int8(w) => w.cols(),
+        }
     }
 }
 
@@ -157,7 +192,7 @@ pub struct ConvNextBlock {
 }
 
 impl ConvNextBlock {
-    /// `prefix` names the block's f32 initializers (dw, norm, gamma, pw biases).
+    /// `prefix` names the block's initializers (dw, norm, gamma, pw biases).
     pub fn load(
         w: &GraphWeights,
         prefix: &str,
@@ -165,6 +200,7 @@ impl ConvNextBlock {
         hidden: usize,
         kernel: usize,
         dilation: usize,
+        precision: Precision,
     ) -> Result<Self, AcousticError> {
         let dw_weight = w.f32(&format!("{prefix}.dw.weight"), width * kernel)?;
         let dw_bias = w.f32(&format!("{prefix}.dw.bias"), width)?;
@@ -172,8 +208,8 @@ impl ConvNextBlock {
         Ok(Self {
             dw: DepthwiseConv1d::from_torch(&dw_weight, Some(dw_bias), width, geometry),
             norm: LayerNorm::load(w, &format!("{prefix}.norm"), width)?,
-            pw1: Linear::load(w, &format!("{prefix}.pw1.bias"), width, hidden)?,
-            pw2: Linear::load(w, &format!("{prefix}.pw2.bias"), hidden, width)?,
+            pw1: Linear::load(w, &format!("{prefix}.pw1.bias"), width, hidden, precision)?,
+            pw2: Linear::load(w, &format!("{prefix}.pw2.bias"), hidden, width, precision)?,
             gamma: w.f32(&format!("{prefix}.gamma"), width)?,
             width,
             reach: (kernel - 1) * dilation / 2,
@@ -223,14 +259,15 @@ impl TransformerLayer {
         width: usize,
         hidden: usize,
         heads: usize,
+        precision: Precision,
     ) -> Result<Self, AcousticError> {
         Ok(Self {
             norm1: LayerNorm::load(w, &format!("{prefix}.norm1"), width)?,
-            in_proj: Linear::load(w, &format!("{prefix}.self_attn.in_proj_bias"), width, 3 * width)?,
-            out_proj: Linear::load(w, &format!("{prefix}.self_attn.out_proj.bias"), width, width)?,
+            in_proj: Linear::load(w, &format!("{prefix}.self_attn.in_proj_bias"), width, 3 * width, precision)?,
+            out_proj: Linear::load(w, &format!("{prefix}.self_attn.out_proj.bias"), width, width, precision)?,
             norm2: LayerNorm::load(w, &format!("{prefix}.norm2"), width)?,
-            linear1: Linear::load(w, &format!("{prefix}.linear1.bias"), width, hidden)?,
-            linear2: Linear::load(w, &format!("{prefix}.linear2.bias"), hidden, width)?,
+            linear1: Linear::load(w, &format!("{prefix}.linear1.bias"), width, hidden, precision)?,
+            linear2: Linear::load(w, &format!("{prefix}.linear2.bias"), hidden, width, precision)?,
             width,
             num_heads: heads,
         })

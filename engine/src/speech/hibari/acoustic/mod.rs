@@ -1,8 +1,9 @@
 //! The voice's network: phoneme ids to durations, prosody and spectral frames.
 //!
-//! It implements hibari.onnx (hibari-tts 0.2.1) with its int8 pointwise weights dequantized to f32
-//! (`q · scale`) and run as float matmuls; the shipped graph also quantizes activations to uint8 at
-//! run time, which this does not. Rows are time-major throughout. The arithmetic, as the graph has it:
+//! It implements hibari.onnx (hibari-tts 0.2.1). The sentence-level layers dequantize its int8 pointwise
+//! weights to f32 (`q · scale`) and run float matmuls; the frame decoder keeps them in int8 and quantizes
+//! its activations to uint8 at run time as the graph does, but per row rather than per tensor, so a frame
+//! never depends on its window. Rows are time-major throughout. The arithmetic, as the graph has it:
 //!
 //! - Two text encoders over the ids: `m.text` (width 128) and `pn.text` (width 192). Each is an
 //!   embedding, two ConvNeXt blocks (depthwise conv k5 → LayerNorm → pointwise 2× MLP with exact GELU

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use tensorfold_kernels::int8::Int8Matrix;
 use tensorfold_kernels::Weight;
 
 use super::AcousticError;
@@ -59,8 +60,8 @@ impl GraphWeights {
         }
     }
 
-    /// The int8 weight feeding bias `bias_name`, as `q · scale` in f32, laid out `[c_out][c_in]`.
-    pub fn dequantized(&self, bias_name: &str, c_in: usize, c_out: usize) -> Result<Weight, AcousticError> {
+    /// The int8 weight feeding bias `bias_name` laid out `[c_out][c_in]`, and its scale.
+    fn int8(&self, bias_name: &str, c_in: usize, c_out: usize) -> Result<(Vec<i8>, f32), AcousticError> {
         let q = self.quantized.get(bias_name).ok_or_else(|| self.fault(format!("no int8 weight feeds {bias_name}")))?;
         let t = self.tensor(&q.weight)?;
         if t.data_type != dtype::INT8 || t.dims != [c_in as i64, c_out as i64] {
@@ -69,13 +70,26 @@ impl GraphWeights {
             );
         }
         let values = t.to_i64()?;
-        let mut data = vec![0f32; c_in * c_out];
+        let mut data = vec![0i8; c_in * c_out];
         for i in 0..c_in {
             for o in 0..c_out {
-                data[o * c_in + i] = values[i * c_out + o] as f32 * q.scale;
+                data[o * c_in + i] = values[i * c_out + o] as i8;
             }
         }
+        Ok((data, q.scale))
+    }
+
+    /// The int8 weight feeding bias `bias_name`, as `q · scale` in f32, laid out `[c_out][c_in]`.
+    pub fn dequantized(&self, bias_name: &str, c_in: usize, c_out: usize) -> Result<Weight, AcousticError> {
+        let (q, scale) = self.int8(bias_name, c_in, c_out)?;
+        let data = q.iter().map(|&v| v as f32 * scale).collect();
         Ok(Weight::F32 { rows: c_out, cols: c_in, data })
+    }
+
+    /// The int8 weight feeding bias `bias_name`, kept in int8 for the integer matmul.
+    pub fn quantized(&self, bias_name: &str, c_in: usize, c_out: usize) -> Result<Int8Matrix, AcousticError> {
+        let (q, scale) = self.int8(bias_name, c_in, c_out)?;
+        Ok(Int8Matrix::new(&q, c_out, c_in, scale))
     }
 
     /// How many nodes read initializer `name` (a shared layer is read once per application).
