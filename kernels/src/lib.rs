@@ -4,6 +4,7 @@ pub mod attention;
 pub mod conv;
 pub mod cuda;
 pub mod cuda_pack;
+pub mod gelu;
 pub mod int8;
 pub mod matmul;
 pub mod ops;
