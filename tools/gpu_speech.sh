@@ -15,6 +15,7 @@
 #     ROUND_TOKENS=2048        tokens per round, so the prompts of hundreds of streams prefill in a few rounds
 #     CKPT=/tmp/tensorfold-bench/orpheus-3b   SEED=0   SERVE_ARGS (more serve words)
 #     TF_BIN=.device/tensorfold   DEVICE=cuda (TF_BIN=target/release/tensorfold DEVICE=cpu tries the script on a CPU)
+#     SECONDS_TTFA=60   SECONDS_COUNTS=180   SECONDS_TEXT=120   each step's bound (the checkpoint's is 150)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-./gpu-speech-out}"
@@ -65,10 +66,10 @@ bench() {
     tee -a "$OUT/speech.txt" < "$LOGS/$name.txt"
 }
 
-bench ttfa 60 --streams 1 --repeat 3
+bench ttfa "${SECONDS_TTFA:-60}" --streams 1 --repeat 3
 OTHERS="${STREAMS%"$LARGEST"}"
-[[ -n "${OTHERS%,}" ]] && bench counts 180 --streams "${OTHERS%,}" --repeat "$REPEAT"
-bench text 120 --streams "$LARGEST" --repeat "$REPEAT" --text-streams "$TEXT_STREAMS" --text-max-tokens "$TEXT_MAX_TOKENS"
+[[ -n "${OTHERS%,}" ]] && bench counts "${SECONDS_COUNTS:-180}" --streams "${OTHERS%,}" --repeat "$REPEAT"
+bench text "${SECONDS_TEXT:-120}" --streams "$LARGEST" --repeat "$REPEAT" --text-streams "$TEXT_STREAMS" --text-max-tokens "$TEXT_MAX_TOKENS"
 note "done"
 tar czf "${TMPDIR:-/tmp}/gpu-speech.tgz" -C "$OUT" . && mv "${TMPDIR:-/tmp}/gpu-speech.tgz" "$OUT/all.tgz"
 rm -rf "$LOGS"
