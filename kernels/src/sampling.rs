@@ -83,20 +83,18 @@ pub fn sample(logits: &[f32], params: &SamplingParams, history: &[u32], position
     if params.temperature == 0.0 || params.top_k == 1 {
         return crate::ops::argmax(&logits) as u32;
     }
-    let mut order: Vec<usize> = (0..logits.len()).collect();
-    let filtered = params.top_k > 0 || params.top_p < 1.0 || params.min_p > 0.0;
-    // Without filters the draw walks the vocabulary in id order; sorting it would only cost time.
-    if filtered {
-        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
-    }
-    if params.top_k > 0 {
-        order.truncate(params.top_k);
-    }
     let max = logits.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v)) as f64;
     let t = params.temperature as f64;
-    let mut probs: Vec<f64> = order.iter().map(|&i| ((logits[i] as f64 - max) / t).exp()).collect();
-    let total: f64 = probs.iter().sum();
-    probs.iter_mut().for_each(|p| *p /= total);
+    let filtered = params.top_k > 0 || params.top_p < 1.0 || params.min_p > 0.0;
+    // Without filters the draw walks the vocabulary in id order; sorting it would only cost time.
+    let (order, probs) = match filtered {
+        true => candidates(&logits, params, max),
+        false => {
+            let weights: Vec<f64> = logits.iter().map(|&l| ((l as f64 - max) / t).exp()).collect();
+            let total: f64 = weights.iter().sum();
+            ((0..logits.len()).collect(), weights.iter().map(|w| w / total).collect())
+        }
+    };
     let mut keep = probs.len();
     if params.top_p < 1.0 {
         let mut cum = 0.0;
@@ -121,6 +119,48 @@ pub fn sample(logits: &[f32], params: &SamplingParams, history: &[u32], position
         }
     }
     order[keep - 1] as u32
+}
+
+/// The tokens a filtered draw may take, largest logit first (ties to the lower id), with their probabilities: the
+/// top k when `top_k` is set, normalized over them; otherwise, normalized over the whole vocabulary (summed in id
+/// order), every token whose weight's binary exponent reaches the one where the top-p mass, or the min-p floor, is
+/// crossed. Only those are sorted; the walk over them finds the same tokens a sort of the whole vocabulary would.
+fn candidates(logits: &[f32], params: &SamplingParams, max: f64) -> (Vec<usize>, Vec<f64>) {
+    let t = params.temperature as f64;
+    let weight = |i: usize| ((logits[i] as f64 - max) / t).exp();
+    let desc = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+    let n = logits.len();
+    if params.top_k > 0 && params.top_k < n {
+        let mut order: Vec<usize> = (0..n).collect();
+        order.select_nth_unstable_by(params.top_k - 1, desc);
+        order.truncate(params.top_k);
+        order.sort_unstable_by(desc);
+        let weights: Vec<f64> = order.iter().map(|&i| weight(i)).collect();
+        let total: f64 = weights.iter().sum();
+        return (order, weights.iter().map(|w| w / total).collect());
+    }
+    let weights: Vec<f64> = (0..n).map(weight).collect();
+    let total: f64 = weights.iter().sum();
+    let exponent = |w: f64| (w.to_bits() >> 52) as usize & 0x7ff;
+    let mut mass = vec![0f64; 0x800];
+    weights.iter().for_each(|&w| mass[exponent(w)] += w);
+    // The largest weight is 1, so min-p's floor on probabilities is min_p on weights.
+    let mut threshold = match params.min_p > 0.0 {
+        true => exponent(params.min_p as f64),
+        false => 0,
+    };
+    if params.top_p < 1.0 {
+        let (goal, mut cum) = (params.top_p as f64 * total, 0.0);
+        let crossed = (0..0x800).rev().find(|&e| {
+            cum += mass[e];
+            cum >= goal
+        });
+        threshold = threshold.max(crossed.unwrap_or(0));
+    }
+    let mut order: Vec<usize> = (0..n).filter(|&i| exponent(weights[i]) >= threshold).collect();
+    order.sort_unstable_by(desc);
+    let probs = order.iter().map(|&i| weights[i] / total).collect();
+    (order, probs)
 }
 
 /// Log-probability of each token under the raw logits, computed in f64.
@@ -181,6 +221,77 @@ mod tests {
             assert_eq!(sample(&logits, &top_p, &[], p), 0);
             assert!(sample(&logits, &min_p, &[], p) < 2);
         }
+    }
+
+    /// The draw with the whole vocabulary sorted, as the sampler made it before it sorted only its candidates.
+    fn sample_by_full_sort(logits: &[f32], params: &SamplingParams, position: u64) -> u32 {
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        if params.top_k > 0 {
+            order.truncate(params.top_k);
+        }
+        let max = logits.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v)) as f64;
+        let t = params.temperature as f64;
+        let mut probs: Vec<f64> = order.iter().map(|&i| ((logits[i] as f64 - max) / t).exp()).collect();
+        let total: f64 = probs.iter().sum();
+        probs.iter_mut().for_each(|p| *p /= total);
+        let mut cum = 0.0;
+        let mut keep = probs.iter().position(|p| {
+            cum += p;
+            cum >= params.top_p as f64
+        });
+        let mut keep = keep.take().map_or(probs.len(), |i| i + 1);
+        let floor = probs[0] * params.min_p as f64;
+        keep = keep.min(probs.iter().take_while(|p| **p >= floor).count().max(1));
+        let mut target = uniform(params.seed, position) * probs[..keep].iter().sum::<f64>();
+        for (i, p) in probs[..keep].iter().enumerate() {
+            target -= p;
+            if target < 0.0 {
+                return order[i] as u32;
+            }
+        }
+        order[keep - 1] as u32
+    }
+
+    #[test]
+    fn test_sorting_only_the_candidates_draws_what_sorting_the_vocabulary_draws() {
+        let mut seed = 0x1234_5678_u64;
+        let mut next = || {
+            seed = mix(seed);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        // Wide and narrow spreads, and many ties: logits rounded to a coarse grid.
+        let vocabs: Vec<Vec<f32>> = (0..6)
+            .map(|v| {
+                let scale = [0.5, 2.0, 6.0, 12.0, 3.0, 1.0][v];
+                (0..5000)
+                    .map(|_| ((next() * 2.0 - 1.0) * scale * if v == 5 { 4.0 } else { 1.0 }) as f32)
+                    .map(|l| if v == 5 { (l * 2.0).round() / 2.0 } else { l })
+                    .collect()
+            })
+            .collect();
+        let settings = [
+            (0, 0.8, 0.0),
+            (0, 0.95, 0.0),
+            (0, 0.3, 0.0),
+            (0, 1.0, 0.05),
+            (0, 0.9, 0.1),
+            (50, 0.8, 0.0),
+            (40, 1.0, 0.0),
+        ];
+        let mut differ = 0;
+        for logits in &vocabs {
+            for &(top_k, top_p, min_p) in &settings {
+                for temperature in [0.6, 1.0, 1.7] {
+                    let p = SamplingParams { temperature, top_k, top_p, min_p, seed: 9, ..Default::default() };
+                    for position in 0..40 {
+                        differ +=
+                            usize::from(sample(logits, &p, &[], position) != sample_by_full_sort(logits, &p, position));
+                    }
+                }
+            }
+        }
+        assert_eq!(differ, 0, "draws that differ from the full sort's");
     }
 
     #[test]
