@@ -26,8 +26,8 @@ tests() {
 MODE="${1:-tests}"
 shift || true
 if [[ "$MODE" == tests ]]; then
-    tests cuda-tests cuda-runtime-tests gemm-tests
-    TF_TEST_DEVICE=cuda TF_TEST_BINARY="$PWD/.device/tensorfold" tests drafts-tests prefix-cache-tests
+    tests cuda-tests cuda-runtime-tests gemm-tests cuda-speech-tests
+    TF_TEST_DEVICE=cuda TF_TEST_BINARY="$PWD/.device/tensorfold" tests drafts-tests prefix-cache-tests speech-server-tests
     echo "== done at $(elapsed) s"
     exit 0
 fi
