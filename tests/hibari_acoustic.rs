@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 use tensorfold_engine::speech::hibari::acoustic::{
-    AcousticError, AcousticModel, DecodedFrames, Prepared, DEC_CHANNELS, NUM_BINS,
+    AcousticError, AcousticModel, DecodedFrames, DecoderRows, Prepared, DEC_CHANNELS, NUM_BINS,
 };
 
 const TOLERANCE: f32 = 1e-4;
@@ -197,6 +197,40 @@ fn test_windows_of_1_5_and_40_frames_equal_the_whole_decode_bit_for_bit() {
         // Single frames where the context is cut by either end, and a run in the middle.
         let near_end = |f: usize| f < context + 2 || f + context + 2 >= n || f.abs_diff(n / 2) < 3;
         assert_windows_match(model, &p, &whole, &(0..n).filter(|&f| near_end(f)).collect::<Vec<_>>(), 1);
+    }
+}
+
+#[test]
+fn test_consecutive_windows_reusing_rows_equal_the_whole_decode_bit_for_bit() {
+    let Some(model) = model() else { return };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let short = model.prepare(&[0, 50, 83, 0], 1.0).unwrap();
+    let sentences = goldens().sentences.iter().filter(|g| ["Yes.", "Hello there."].contains(&g.text.as_str()));
+    for p in std::iter::once(short).chain(sentences.map(|g| prepared(model, g))) {
+        let whole = model.decode_frames(&p, 0..p.num_frames);
+        for sizes in [&[20, 40, 80, 160][..], &[1], &[7, 3], &[2, 50]] {
+            let (mut rows, mut start) = (DecoderRows::default(), 0);
+            for &size in sizes.iter().chain(std::iter::repeat(sizes.last().unwrap())) {
+                if start == p.num_frames {
+                    break;
+                }
+                let end = (start + size).min(p.num_frames);
+                let w = model.decode_next(&p, start..end, &mut rows);
+                for part in ["lh", "theta", "ln", "lr", "phi"] {
+                    let want = &saved_bins(&whole, part)[start * NUM_BINS..end * NUM_BINS];
+                    assert!(
+                        bits(saved_bins(&w, part)) == bits(want),
+                        "{part}: window {start}..{end} of {sizes:?} differs"
+                    );
+                }
+                start = end;
+            }
+        }
+        // A window that does not follow the last one starts afresh.
+        let mut rows = DecoderRows::default();
+        model.decode_next(&p, 0..2, &mut rows);
+        let again = model.decode_next(&p, 1..3, &mut rows);
+        assert!(bits(&again.lh) == bits(&whole.lh[NUM_BINS..3 * NUM_BINS]));
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::boundary::{EngineError, Voice, VoiceInput, VoiceState};
 use tensorfold_audio::hibari::{Frames, Vocoder, VocoderStream, SAMPLE_RATE};
 
-use super::acoustic::{AcousticError, AcousticModel, DecodedFrames, Prepared};
+use super::acoustic::{AcousticError, AcousticModel, DecodedFrames, DecoderRows, Prepared};
 use super::g2p::{G2p, G2pError};
 use crate::speech::speakers::VoiceText;
 use crate::speech::voices::Voices;
@@ -64,10 +64,12 @@ impl Voice for HibariModel {
     }
 }
 
-/// The sentence being spoken: its prepared features, the frames decoded so far and its signal stream.
+/// The sentence being spoken: its prepared features, the frames decoded so far, the decoder rows kept for
+/// the next window, and its signal stream.
 struct Sentence {
     prepared: Prepared,
     decoded: usize,
+    rows: DecoderRows,
     window: usize,
     stream: VocoderStream,
 }
@@ -91,11 +93,17 @@ impl Lane {
             let Some(ids) = self.input.chunks.get(self.chunk) else { return Ok(None) };
             let prepared = self.voice.acoustic.prepare(ids, self.input.speed).map_err(|e| e.to_string())?;
             let stream = VocoderStream::new(chunk_seed(self.input.seed, self.chunk));
-            self.sentence = Some(Sentence { prepared, decoded: 0, window: FIRST_WINDOW_FRAMES, stream });
+            self.sentence = Some(Sentence {
+                prepared,
+                decoded: 0,
+                rows: DecoderRows::default(),
+                window: FIRST_WINDOW_FRAMES,
+                stream,
+            });
             return Ok(Some(Vec::new()));
         };
         let end = (sentence.decoded + sentence.window).min(sentence.prepared.num_frames);
-        let decoded = self.voice.acoustic.decode_frames(&sentence.prepared, sentence.decoded..end);
+        let decoded = self.voice.acoustic.decode_next(&sentence.prepared, sentence.decoded..end, &mut sentence.rows);
         sentence.stream.push(&frames(&decoded)).map_err(|e| e.to_string())?;
         sentence.decoded = end;
         sentence.window = (sentence.window * 2).min(MAX_WINDOW_FRAMES);

@@ -3,7 +3,8 @@
 //! A window of frames is decoded from the decoder input around it: every layer is computed on the
 //! positions the next one reads, clipped to the sentence, and re-padded with zeros beyond the
 //! sentence exactly as the whole-sentence convolutions pad. Each output row is one fixed-order
-//! computation on the same values, so a window equals the same frames of a whole decode bit for bit.
+//! computation on the same values, so a window equals the same frames of a whole decode bit for bit,
+//! and rows kept from the previous window equal the rows a recomputation would give.
 
 use std::ops::Range;
 
@@ -43,24 +44,80 @@ impl FrameDecoder {
     }
 
     /// Head outputs `[frames][HEAD_WIDTH]` for `frames` of a sentence of `num_frames` frames.
-    pub fn decode(&self, dec_input: &[f32], num_frames: usize, frames: Range<usize>) -> Vec<f32> {
-        // Positions layer `k` must produce: the window widened by what the later layers read.
-        let mut later: usize = self.blocks.iter().map(|b| b.reach).sum();
-        let span = |extra: usize| {
-            ((frames.start as isize - extra as isize).max(0) as usize, (frames.end + extra).min(num_frames))
-        };
-        let wanted = |have: (usize, usize), reach: usize| (have.0 as isize - reach as isize, (have.1 + reach) as isize);
-        let mut have = span(later);
-        let x = with_context(dec_input, DEC_CHANNELS, (0, num_frames), wanted(have, self.input.reach), num_frames);
-        let mut x = self.input.forward(&x);
-        for block in &self.blocks {
-            later -= block.reach;
-            let next = span(later);
-            let padded = with_context(&x, WIDTH, have, wanted(next, block.reach), num_frames);
-            x = block.forward(&padded);
-            have = next;
+    ///
+    /// Rows that `rows` holds from the previous window are reused when `frames` starts where it ended;
+    /// otherwise `rows` starts afresh at `frames`.
+    pub fn decode(
+        &self,
+        dec_input: &[f32],
+        num_frames: usize,
+        frames: Range<usize>,
+        rows: &mut DecoderRows,
+    ) -> Vec<f32> {
+        let reaches: Vec<usize> =
+            std::iter::once(self.input.reach).chain(self.blocks.iter().map(|b| b.reach)).collect();
+        // What layer `k` must produce beyond the window: what the later layers read.
+        let later = |k: usize| reaches[k + 1..].iter().sum::<usize>();
+        if rows.next_frame != Some(frames.start) || rows.layers.len() != reaches.len() {
+            let first = |k: usize| frames.start.saturating_sub(later(k));
+            rows.layers = (0..reaches.len()).map(|k| Layer { first: first(k), values: Vec::new() }).collect();
         }
-        debug_assert_eq!(have, (frames.start, frames.end));
-        self.head.forward(&self.norm.forward(&x))
+        for k in 0..reaches.len() {
+            let (have, end) = (rows.layers[k].end(), (frames.end + later(k)).min(num_frames));
+            if have >= end {
+                continue;
+            }
+            let want = (have as isize - reaches[k] as isize, (end + reaches[k]) as isize);
+            let new = match k {
+                0 => self.input.forward(&with_context(dec_input, DEC_CHANNELS, (0, num_frames), want, num_frames)),
+                _ => {
+                    let below = &rows.layers[k - 1];
+                    let padded = with_context(&below.values, WIDTH, (below.first, below.end()), want, num_frames);
+                    self.blocks[k - 1].forward(&padded)
+                }
+            };
+            rows.layers[k].values.extend_from_slice(&new);
+        }
+        let last = rows.layers.last().expect("the input layer");
+        let x = &last.values[(frames.start - last.first) * WIDTH..(frames.end - last.first) * WIDTH];
+        let out = self.head.forward(&self.norm.forward(x));
+        // Keep of each layer only the rows the next window's new rows of the layer above read.
+        for k in 0..reaches.len() {
+            let keep_from = match k + 1 < reaches.len() {
+                true => rows.layers[k + 1].end().saturating_sub(reaches[k + 1]),
+                false => frames.end,
+            };
+            rows.layers[k].drop_before(keep_from);
+        }
+        rows.next_frame = Some(frames.end);
+        out
+    }
+}
+
+/// Rows of each decoder layer kept between a sentence's consecutive windows, so context is computed once.
+#[derive(Debug, Default)]
+pub struct DecoderRows {
+    /// The frame the next window starts at, for the rows to be reused.
+    next_frame: Option<usize>,
+    /// The input convolution's output, then each block's.
+    layers: Vec<Layer>,
+}
+
+#[derive(Debug)]
+struct Layer {
+    /// Position of the first row held.
+    first: usize,
+    values: Vec<f32>,
+}
+
+impl Layer {
+    fn end(&self) -> usize {
+        self.first + self.values.len() / WIDTH
+    }
+
+    fn drop_before(&mut self, position: usize) {
+        let num = position.saturating_sub(self.first).min(self.values.len() / WIDTH);
+        self.values.drain(..num * WIDTH);
+        self.first += num;
     }
 }

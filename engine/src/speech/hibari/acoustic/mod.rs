@@ -32,6 +32,7 @@ mod weights;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+pub use decoder::DecoderRows;
 use decoder::FrameDecoder;
 use encoder::{DurationHead, Prosody, TextEncoder, M_WIDTH, PN_WIDTH};
 use weights::GraphWeights;
@@ -151,6 +152,11 @@ impl AcousticModel {
     /// The frame-level phase for `frames`; any split of a sentence into windows gives the same bits as
     /// one whole decode. Panics when `frames` is not within `0..prepared.num_frames`.
     pub fn decode_frames(&self, prepared: &Prepared, frames: Range<usize>) -> DecodedFrames {
+        self.decode_next(prepared, frames, &mut DecoderRows::default())
+    }
+
+    /// As `decode_frames`, reusing the layers' rows that `rows` kept when `frames` follows its last window.
+    pub fn decode_next(&self, prepared: &Prepared, frames: Range<usize>, rows: &mut DecoderRows) -> DecodedFrames {
         assert!(
             frames.start <= frames.end && frames.end <= prepared.num_frames,
             "decode_frames: {frames:?} is not within 0..{}",
@@ -158,7 +164,7 @@ impl AcousticModel {
         );
         let head = match frames.is_empty() {
             true => Vec::new(),
-            false => self.decoder.decode(&prepared.dec_input, prepared.num_frames, frames.clone()),
+            false => self.decoder.decode(&prepared.dec_input, prepared.num_frames, frames.clone(), rows),
         };
         let part = |k: usize| -> Vec<f32> {
             head.chunks_exact(HEAD_WIDTH)
