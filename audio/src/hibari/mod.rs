@@ -1,5 +1,6 @@
 //! Hibari's signal stage: per frame exp(lh)·e^{iπ·tanh θ}·STFT(pulses) + exp(ln)·Z + exp(lr)·e^{iφ}, then inverse STFT.
 
+mod branches;
 mod pulse;
 mod spectrum;
 mod stream;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use rustfft::num_complex::Complex32;
 use rustfft::{Fft, FftPlanner};
 
+use super::branches::Branches;
 use super::{HOP, NUM_BINS, N_FFT};
 use crate::normal::normal_pair;
 
@@ -14,7 +15,7 @@ pub(super) const OVERLAP: usize = N_FFT / HOP;
 const MAX_LOG_GAIN: f32 = 7.0;
 
 /// exp with its argument clamped at `MAX_LOG_GAIN`; NaN stays NaN.
-fn gain(log_gain: f32) -> f32 {
+pub(super) fn gain(log_gain: f32) -> f32 {
     (if log_gain > MAX_LOG_GAIN { MAX_LOG_GAIN } else { log_gain }).exp()
 }
 
@@ -31,6 +32,7 @@ pub(super) struct FrameParts<'a> {
 pub(super) struct Work {
     bins: Vec<Complex32>,
     scratch: Vec<Complex32>,
+    branches: Branches,
 }
 
 /// The FFT plans and windows, made once and shared by every request.
@@ -62,7 +64,11 @@ impl Spectral {
 
     pub fn work(&self) -> Work {
         let scratch = self.forward.get_inplace_scratch_len().max(self.inverse.get_inplace_scratch_len());
-        Work { bins: vec![Complex32::default(); N_FFT], scratch: vec![Complex32::default(); scratch] }
+        Work {
+            bins: vec![Complex32::default(); N_FFT],
+            scratch: vec![Complex32::default(); scratch],
+            branches: Branches::new(NUM_BINS),
+        }
     }
 
     /// Frame `frame`'s inverse FFT times the Hann window into `out`; `pulse(n)` is pulse n of the N_FFT it analyses.
@@ -75,25 +81,22 @@ impl Spectral {
         work: &mut Work,
         out: &mut [f32],
     ) {
-        let Work { bins, scratch } = work;
+        let Work { bins, scratch, branches } = work;
         for (n, bin) in bins.iter_mut().enumerate() {
             *bin = Complex32::new(pulse(n) * self.analysis[n], 0.0);
         }
         self.forward.process_with_scratch(bins, scratch);
+        branches.compute(parts);
         let first_noise = frame as u64 * NUM_BINS as u64;
         for (b, bin) in bins[..NUM_BINS].iter_mut().enumerate() {
             let p = *bin;
-            let harmonic = gain(parts.lh[b]);
-            let turn = parts.theta[b].tanh() * std::f32::consts::PI;
-            let (hr, hi) = (turn.cos() * harmonic, turn.sin() * harmonic);
+            let (hr, hi) = (branches.harmonic_re[b], branches.harmonic_im[b]);
             let (mut re, mut im) = (p.re * hr - p.im * hi, p.re * hi + p.im * hr);
             let (zr, zi) = normal_pair(noise_seed, first_noise + b as u64);
-            let noise = gain(parts.ln[b]);
-            re += zr * noise;
-            im += zi * noise;
-            let free = gain(parts.lr[b]);
-            re += parts.phi[b].cos() * free;
-            im += parts.phi[b].sin() * free;
+            re += zr * branches.noise[b];
+            im += zi * branches.noise[b];
+            re += branches.free_re[b];
+            im += branches.free_im[b];
             *bin = Complex32::new(re, im);
         }
         // A real signal's spectrum: DC and Nyquist are real, the upper half mirrors the lower.
