@@ -30,10 +30,11 @@ fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
     let prompt = tokens(&mut rng, 150);
     let probe_pages: Vec<u32> = (0..(151u32).div_ceil(PAGE_TOKENS as u32)).collect();
     let first_free = probe_pages.len() as u32;
-    let prefill = LaneStep { tokens: &prompt, start_pos: 0, pages: &probe_pages, logits: Logits::None };
+    let prefill = LaneStep { tokens: &prompt, start_pos: 0, pages: &probe_pages, logits: Logits::None, keep: None };
     model.forward(&mut pool, &[prefill]).unwrap();
     let next = [7u32];
-    let step = || LaneStep { tokens: &next, start_pos: prompt.len(), pages: &probe_pages, logits: Logits::Last };
+    let step =
+        || LaneStep { tokens: &next, start_pos: prompt.len(), pages: &probe_pages, logits: Logits::Last, keep: None };
     let alone = model.forward(&mut pool, &[step()]).unwrap().remove(0);
     for size in [2usize, 3, 16, 17, 64, 100, 255, 256] {
         let others = tokens(&mut rng, size - 1);
@@ -42,7 +43,13 @@ fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
         let mut lanes: Vec<LaneStep> = others
             .iter()
             .zip(&pages)
-            .map(|(t, p)| LaneStep { tokens: std::slice::from_ref(t), start_pos: 0, pages: p, logits: Logits::Last })
+            .map(|(t, p)| LaneStep {
+                tokens: std::slice::from_ref(t),
+                start_pos: 0,
+                pages: p,
+                logits: Logits::Last,
+                keep: None,
+            })
             .collect();
         lanes.insert(at, step());
         let out = model.forward(&mut pool, &lanes).unwrap();
@@ -71,12 +78,13 @@ fn test_graph_replays_fused_rope_and_folded_norms_equal_direct_launches_over_dec
                     .iter()
                     .zip(&pages)
                     .map(|(s, p)| match step {
-                        0 => LaneStep { tokens: s, start_pos: 0, pages: p, logits: Logits::Last },
+                        0 => LaneStep { tokens: s, start_pos: 0, pages: p, logits: Logits::Last, keep: None },
                         _ => LaneStep {
                             tokens: &s[s.len() - 1..],
                             start_pos: s.len() - 1,
                             pages: p,
                             logits: Logits::Last,
+                            keep: None,
                         },
                     })
                     .collect();
@@ -111,7 +119,7 @@ fn test_a_graph_is_not_replayed_on_a_pool_with_other_values() {
         switch(model, |o| o.graphs = graphs);
         let mut seq = prompt.to_vec();
         let mut logits = model
-            .forward(pool, &[LaneStep { tokens: &seq, start_pos: 0, pages: &pages, logits: Logits::Last }])
+            .forward(pool, &[LaneStep { tokens: &seq, start_pos: 0, pages: &pages, logits: Logits::Last, keep: None }])
             .unwrap();
         for _ in 0..4 {
             seq.push(tensorfold_kernels::ops::argmax(&logits[0]) as u32);
@@ -120,6 +128,7 @@ fn test_a_graph_is_not_replayed_on_a_pool_with_other_values() {
                 start_pos: seq.len() - 1,
                 pages: &pages,
                 logits: Logits::Last,
+                keep: None,
             };
             logits = model.forward(pool, &[step]).unwrap();
         }
@@ -190,7 +199,7 @@ fn test_greedy_rounds_with_picks_on_the_gpu_equal_the_host_argmax() {
                 .zip(&pages)
                 .map(|(s, p)| {
                     let start = if step == 0 { 0 } else { s.len() - 1 };
-                    LaneStep { tokens: &s[start..], start_pos: start, pages: p, logits: kind }
+                    LaneStep { tokens: &s[start..], start_pos: start, pages: p, logits: kind, keep: None }
                 })
                 .collect();
             let out = model.forward(&mut pool, &lanes).unwrap();
@@ -341,4 +350,48 @@ async fn test_a_refused_allocation_never_reaches_the_driver_and_a_failed_one_is_
     assert_eq!((calls.allocs.load(Ordering::SeqCst), calls.failures.load(Ordering::SeqCst)), (1, 1));
     let after = device.send(Snapshot).await.unwrap();
     assert_eq!(after.total_used, 0, "the failed allocation was not refunded");
+}
+
+/// A sampled row cut on the GPU to the tokens its draw can take is the CPU's cut of the whole row, penalty and all,
+/// so a lane draws the same token either way; greedy and whole-row lanes in the same round are unchanged.
+#[test]
+fn test_rows_kept_on_the_gpu_are_the_cpus_cut_of_the_whole_row() {
+    use tensorfold_engine::boundary::Keep;
+    use tensorfold_kernels::sampling::{distinct, kept, sample, sample_kept, SamplingParams};
+    let Some(dev) = gpu() else { return };
+    let dir = checkpoint("llama", 8);
+    let mut model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 4, context: 128 });
+    let mut pool: KvPool = dev.kv_pool(&model, PAGE_TOKENS, 32).unwrap();
+    let mut rng = Rng(12);
+    let prompts: Vec<Vec<u32>> = (0..3).map(|_| tokens(&mut rng, 20)).collect();
+    let pages: Vec<Vec<u32>> = (0..3u32).map(|i| vec![2 * i, 2 * i + 1]).collect();
+    let history: Vec<u32> = distinct(&prompts[0]);
+    // At temperature 0.05 the cut leaves out most of this checkpoint's vocabulary; hotter draws keep more of it.
+    for (temperature, penalty) in [(0.05f32, 1.3f32), (0.6, 1.3), (1.0, 1.0), (3.0, 0.8)] {
+        let step =
+            |i: usize, logits, keep| LaneStep { tokens: &prompts[i], start_pos: 0, pages: &pages[i], logits, keep };
+        let whole = model.forward(&mut pool, &[step(0, Logits::Last, None)]).unwrap().remove(0);
+        let keep = Keep { temperature, repetition_penalty: penalty, history: &history };
+        let round = [step(1, Logits::Argmax, None), step(0, Logits::Last, Some(keep)), step(2, Logits::Last, None)];
+        let out = model.forward(&mut pool, &round).unwrap();
+        let params =
+            SamplingParams { temperature, top_p: 0.9, repetition_penalty: penalty, seed: 3, ..Default::default() };
+        let mut penalized = whole.clone();
+        for &id in &history {
+            let l = &mut penalized[id as usize];
+            *l = if *l > 0.0 { *l / penalty } else { *l * penalty };
+        }
+        let (ids, values) = kept(&penalized, temperature);
+        let got_ids: Vec<u32> = out[1].iter().step_by(2).map(|v| v.to_bits()).collect();
+        let got_values: Vec<f32> = out[1].iter().skip(1).step_by(2).copied().collect();
+        assert_eq!(got_ids, ids, "temperature {temperature}, penalty {penalty}: other kept tokens");
+        assert!(same_bits(&got_values, &values), "temperature {temperature}, penalty {penalty}: other kept logits");
+        assert!(temperature > 0.1 || ids.len() < whole.len() / 2, "too little was cut at temperature {temperature}");
+        for position in 0..64 {
+            let plain = sample(&whole, &params, &prompts[0], position);
+            assert_eq!(sample_kept(&got_ids, &got_values, &params, position), plain, "the draw at {position}");
+        }
+        assert_eq!(out[0].len(), 1, "the greedy lane beside it gets its pick");
+        assert_eq!(out[2].len(), whole.len(), "the whole-row lane beside it gets its row");
+    }
 }

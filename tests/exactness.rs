@@ -17,7 +17,8 @@ fn chunked_logits(mut engine: impl Engine, prompt: &[u32], chunk: usize) -> Vec<
     let mut out = Vec::new();
     for start in (0..prompt.len()).step_by(chunk) {
         let end = (start + chunk).min(prompt.len());
-        let step = LaneStep { tokens: &prompt[start..end], start_pos: start, pages: &pages, logits: Logits::All };
+        let step =
+            LaneStep { tokens: &prompt[start..end], start_pos: start, pages: &pages, logits: Logits::All, keep: None };
         out.extend(engine.forward(&mut pool, &[step]).expect("a CPU pass runs").remove(0));
     }
     out
@@ -54,10 +55,11 @@ fn test_lane_alone_equals_lane_among_others() {
     let layout = model.llama.kv_layout(PAGE_TOKENS);
     let mut pool = KvPool::new(layout, 64);
     let page_sets: Vec<Vec<u32>> = (0..4).map(|i| (i * 16..i * 16 + 16).rev().collect()).collect();
-    let mut lanes = vec![LaneStep { tokens: &others[0], start_pos: 0, pages: &page_sets[0], logits: Logits::Last }];
-    lanes.push(LaneStep { tokens: &others[1], start_pos: 0, pages: &page_sets[1], logits: Logits::None });
-    lanes.push(LaneStep { tokens: &probe, start_pos: 0, pages: &page_sets[2], logits: Logits::All });
-    lanes.push(LaneStep { tokens: &others[2], start_pos: 0, pages: &page_sets[3], logits: Logits::All });
+    let mut lanes =
+        vec![LaneStep { tokens: &others[0], start_pos: 0, pages: &page_sets[0], logits: Logits::Last, keep: None }];
+    lanes.push(LaneStep { tokens: &others[1], start_pos: 0, pages: &page_sets[1], logits: Logits::None, keep: None });
+    lanes.push(LaneStep { tokens: &probe, start_pos: 0, pages: &page_sets[2], logits: Logits::All, keep: None });
+    lanes.push(LaneStep { tokens: &others[2], start_pos: 0, pages: &page_sets[3], logits: Logits::All, keep: None });
     let out = model.llama.run(&mut pool, &lanes);
     assert!(same_bits(&alone, &out[2]), "the probe's logits changed when batched with other lanes");
     assert!(out[1].is_empty());
@@ -74,15 +76,19 @@ fn test_decode_step_among_others_equals_decode_alone() {
     let run = |with_other: bool| {
         let mut pool = KvPool::new(layout, 8);
         let (pa, pb): (Vec<u32>, Vec<u32>) = ((0..4).collect(), (4..8).collect());
-        let mut lanes = vec![LaneStep { tokens: &a, start_pos: 0, pages: &pa, logits: Logits::None }];
+        let mut lanes = vec![LaneStep { tokens: &a, start_pos: 0, pages: &pa, logits: Logits::None, keep: None }];
         if with_other {
-            lanes.push(LaneStep { tokens: &b, start_pos: 0, pages: &pb, logits: Logits::None });
+            lanes.push(LaneStep { tokens: &b, start_pos: 0, pages: &pb, logits: Logits::None, keep: None });
         }
         model.llama.run(&mut pool, &lanes);
         let next = [42u32];
-        let mut lanes = vec![LaneStep { tokens: &next, start_pos: a.len(), pages: &pa, logits: Logits::Last }];
+        let mut lanes =
+            vec![LaneStep { tokens: &next, start_pos: a.len(), pages: &pa, logits: Logits::Last, keep: None }];
         if with_other {
-            lanes.insert(0, LaneStep { tokens: &next, start_pos: b.len(), pages: &pb, logits: Logits::Last });
+            lanes.insert(
+                0,
+                LaneStep { tokens: &next, start_pos: b.len(), pages: &pb, logits: Logits::Last, keep: None },
+            );
         }
         model.llama.run(&mut pool, &lanes).pop().unwrap()
     };

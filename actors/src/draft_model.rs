@@ -26,7 +26,7 @@ pub fn draft(models: &mut [ModelSlot], plan: &mut RoundPlan) -> Vec<(u64, usize)
                         _ => (&drafts[j][i - 1..i], d.start_pos + d.tokens.len() + i - 1),
                     };
                     let logits = if d.most > i { Logits::Argmax } else { Logits::None };
-                    (j, LaneStep { tokens, start_pos, pages: &d.pages, logits })
+                    (j, LaneStep { tokens, start_pos, pages: &d.pages, logits, keep: None })
                 })
                 .collect();
             let (which, steps): (Vec<usize>, Vec<LaneStep>) = lanes.into_iter().unzip();

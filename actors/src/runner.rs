@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
-use tensorfold_kernels::sampling::{log_softmax, sample};
+use tensorfold_kernels::sampling::{distinct, log_softmax, sample, sample_kept};
 use tokio::sync::oneshot;
 
-use tensorfold_engine::boundary::{Codec, Engine, EngineError, KvPool, LaneStep, Logits, Voice};
+use tensorfold_engine::boundary::{Codec, Engine, EngineError, Keep, KvPool, LaneStep, Logits, Voice};
 
 use crate::request_types::TokenLogprob;
 use crate::round::{PlannedLane, RoundOutput, RoundPlan, SampleSpec, Sampled};
@@ -111,13 +111,30 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
         if lanes.is_empty() {
             continue;
         }
+        // An engine that keeps rows cuts a sampled lane's last row to the tokens its draw can take.
+        let keeps = engine.keeps_rows();
+        let kept: Vec<bool> = lanes.iter().map(|l| keeps && l.sample.as_ref().is_some_and(is_kept_draw)).collect();
+        let histories: Vec<Vec<u32>> = lanes
+            .par_iter()
+            .zip(&kept)
+            .map(|(l, &k)| match (k, l.sample.as_ref()) {
+                (true, Some(spec)) if spec.params.repetition_penalty != 1.0 => distinct(&spec.history),
+                _ => Vec::new(),
+            })
+            .collect();
         let steps: Vec<LaneStep> = lanes
             .iter()
-            .map(|l| LaneStep {
+            .zip(kept.iter().zip(&histories))
+            .map(|(l, (&k, history))| LaneStep {
                 tokens: &l.tokens,
                 start_pos: l.start_pos,
                 pages: &l.pages,
                 logits: l.sample.as_ref().map_or(Logits::None, logits_for),
+                keep: l.sample.as_ref().filter(|_| k).map(|spec| Keep {
+                    temperature: spec.params.temperature,
+                    repetition_penalty: spec.params.repetition_penalty,
+                    history,
+                }),
             })
             .collect();
         let started = Instant::now();
@@ -131,8 +148,15 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
         };
         let forward = started.elapsed();
         // Each lane's draw reads only its own logits, so the lanes draw side by side, in plan order.
-        let drawn: Vec<Sampled> =
-            lanes.par_iter().zip(&logits).flat_map_iter(|(lane, logits)| draw(lane, logits)).collect();
+        let drawn: Vec<Sampled> = lanes
+            .par_iter()
+            .zip(&logits)
+            .zip(&kept)
+            .flat_map_iter(|((lane, logits), &kept)| match kept {
+                true => draw_kept(lane, logits),
+                false => draw(lane, logits),
+            })
+            .collect();
         sampled.extend(drawn);
         tracing::debug!(
             forward_us = forward.as_micros() as u64,
@@ -188,6 +212,20 @@ fn logits_for(spec: &SampleSpec) -> Logits {
         (true, false) => Logits::Last,
         (false, false) => Logits::All,
     }
+}
+
+/// Whether a lane's draw is of its last row alone, sampled: the draw an engine that keeps rows can cut short.
+fn is_kept_draw(spec: &SampleSpec) -> bool {
+    logits_for(spec) == Logits::Last
+}
+
+/// A sampled lane's token from its last row cut to the tokens its draw can take: (id bits, logit) pairs.
+fn draw_kept(lane: &PlannedLane, pairs: &[f32]) -> Vec<Sampled> {
+    let Some(spec) = lane.sample.as_ref() else { return Vec::new() };
+    let ids: Vec<u32> = pairs.iter().step_by(2).map(|id| id.to_bits()).collect();
+    let logits: Vec<f32> = pairs.iter().skip(1).step_by(2).copied().collect();
+    let id = sample_kept(&ids, &logits, &spec.params, spec.position);
+    vec![Sampled { lane_id: lane.lane_id, id, logprob: None }]
 }
 
 /// The lane's drawn tokens: one, or with a draft the draw of each row while the one before equaled its draft.

@@ -73,6 +73,17 @@ pub struct LaneStep<'a> {
     pub start_pos: usize,
     pub pages: &'a [u32],
     pub logits: Logits,
+    /// How a sampled lane's last row is drawn, for an engine that `keeps_rows`.
+    pub keep: Option<Keep<'a>>,
+}
+
+/// What a sampled row's draw needs before it can cut the row to the tokens it may take (`sampling::kept`).
+#[derive(Clone, Copy, Debug)]
+pub struct Keep<'a> {
+    pub temperature: f32,
+    pub repetition_penalty: f32,
+    /// The lane's distinct tokens, which the penalty changes.
+    pub history: &'a [u32],
 }
 
 /// A model family as the runtime drives it.
@@ -82,6 +93,11 @@ pub trait Engine: Send {
     fn vocab_size(&self) -> usize;
     /// Runs every lane in one batched pass; returns each lane's requested logits rows, concatenated.
     fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError>;
+    /// Whether a lane with `keep` gets back its last row cut to `sampling::kept`'s tokens, penalty applied, as
+    /// (id bits, logit) pairs, instead of the whole row.
+    fn keeps_rows(&self) -> bool {
+        false
+    }
 }
 
 /// A boxed engine is driven as the engine it holds.
@@ -97,6 +113,10 @@ impl<T: Engine + ?Sized> Engine for Box<T> {
     fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
         (**self).forward(pool, lanes)
     }
+
+    fn keeps_rows(&self) -> bool {
+        (**self).keeps_rows()
+    }
 }
 
 /// An engine lent for a while is driven as itself.
@@ -111,6 +131,10 @@ impl<T: Engine + ?Sized> Engine for &mut T {
 
     fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
         (**self).forward(pool, lanes)
+    }
+
+    fn keeps_rows(&self) -> bool {
+        (**self).keeps_rows()
     }
 }
 

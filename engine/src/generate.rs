@@ -64,6 +64,7 @@ impl<E: Engine> Sequence<E> {
                 start_pos: self.num_cached,
                 pages: &self.pages,
                 logits,
+                keep: None,
             };
             out.extend(self.engine.forward(&mut self.pool, &[step])?.remove(0));
             self.num_cached = end;

@@ -69,6 +69,29 @@ fn apply_repetition_penalty(logits: &mut [f32], history: &[u32], penalty: f32) {
     }
 }
 
+/// A token whose weight `exp((logit - max) / temperature)` is below 2^-40 is never drawn nor counted: the test is on
+/// the exponent in f64, so any backend that computes it decides alike.
+pub const KEEP_BELOW_MAX: f64 = 40.0 * std::f64::consts::LN_2;
+
+/// Whether a draw at `temperature` keeps a token of `logit` beside the largest logit `max`.
+pub fn is_kept(logit: f32, max: f32, temperature: f32) -> bool {
+    (logit as f64 - max as f64) / temperature as f64 >= -KEEP_BELOW_MAX
+}
+
+/// The ids, in order, and logits of the tokens a non-greedy draw at `temperature` can take.
+pub fn kept(logits: &[f32], temperature: f32) -> (Vec<u32>, Vec<f32>) {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+    let ids: Vec<u32> = (0..logits.len() as u32).filter(|&i| is_kept(logits[i as usize], max, temperature)).collect();
+    let values = ids.iter().map(|&i| logits[i as usize]).collect();
+    (ids, values)
+}
+
+/// The distinct tokens of a history, in first-seen order: the ones a repetition penalty changes.
+pub fn distinct(history: &[u32]) -> Vec<u32> {
+    let mut seen = std::collections::HashSet::new();
+    history.iter().copied().filter(|t| seen.insert(*t)).collect()
+}
+
 /// Picks the token at `position` from `logits`, given the tokens the lane holds so far.
 pub fn sample(logits: &[f32], params: &SamplingParams, history: &[u32], position: u64) -> u32 {
     // Only a repetition penalty changes the logits, so only then are they copied.
@@ -83,12 +106,21 @@ pub fn sample(logits: &[f32], params: &SamplingParams, history: &[u32], position
     if params.temperature == 0.0 || params.top_k == 1 {
         return crate::ops::argmax(&logits) as u32;
     }
+    let (ids, values) = kept(&logits, params.temperature);
+    sample_kept(&ids, &values, params, position)
+}
+
+/// `sample` over the tokens `kept` left, their repetition penalty already applied; the same draw.
+pub fn sample_kept(ids: &[u32], logits: &[f32], params: &SamplingParams, position: u64) -> u32 {
+    if params.temperature == 0.0 || params.top_k == 1 {
+        return ids[crate::ops::argmax(logits)];
+    }
     let max = logits.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v)) as f64;
     let t = params.temperature as f64;
     let filtered = params.top_k > 0 || params.top_p < 1.0 || params.min_p > 0.0;
-    // Without filters the draw walks the vocabulary in id order; sorting it would only cost time.
+    // Without filters the draw walks the tokens in id order; sorting them would only cost time.
     let (order, probs) = match filtered {
-        true => candidates(&logits, params, max),
+        true => candidates(logits, params, max),
         false => {
             let weights: Vec<f64> = logits.iter().map(|&l| ((l as f64 - max) / t).exp()).collect();
             let total: f64 = weights.iter().sum();
@@ -115,10 +147,10 @@ pub fn sample(logits: &[f32], params: &SamplingParams, history: &[u32], position
     for (i, p) in probs[..keep].iter().enumerate() {
         target -= p;
         if target < 0.0 {
-            return order[i] as u32;
+            return ids[order[i]];
         }
     }
-    order[keep - 1] as u32
+    ids[order[keep - 1]]
 }
 
 /// The tokens a filtered draw may take, largest logit first (ties to the lower id), with their probabilities: the
@@ -223,9 +255,11 @@ mod tests {
         }
     }
 
-    /// The draw with the whole vocabulary sorted, as the sampler made it before it sorted only its candidates.
+    /// The draw with every kept token sorted, as the sampler made it before it sorted only its candidates.
     fn sample_by_full_sort(logits: &[f32], params: &SamplingParams, position: u64) -> u32 {
-        let mut order: Vec<usize> = (0..logits.len()).collect();
+        let top = logits.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+        let mut order: Vec<usize> =
+            (0..logits.len()).filter(|&i| is_kept(logits[i], top, params.temperature)).collect();
         order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
         if params.top_k > 0 {
             order.truncate(params.top_k);
@@ -292,6 +326,19 @@ mod tests {
             }
         }
         assert_eq!(differ, 0, "draws that differ from the full sort's");
+    }
+
+    #[test]
+    fn test_a_draw_never_takes_nor_counts_a_token_below_the_cutoff() {
+        // Token 1 sits just below 2^-40 of the largest weight at temperature 1: its probability would be about 1e-12.
+        let logits = [0.0, -(KEEP_BELOW_MAX as f32) - 1e-3, -1.0];
+        assert_eq!(kept(&logits, 1.0).0, vec![0, 2]);
+        assert_eq!(kept(&logits, 2.0).0, vec![0, 1, 2], "a hotter draw keeps it");
+        let p = params(1.0);
+        for position in 0..500 {
+            let (ids, values) = kept(&logits, 1.0);
+            assert_eq!(sample(&logits, &p, &[], position), sample_kept(&ids, &values, &p, position));
+        }
     }
 
     #[test]

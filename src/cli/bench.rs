@@ -118,7 +118,7 @@ fn decode_lanes(
         for group in pages.chunks((chunk / tokens.len()).max(1)) {
             let round: Vec<LaneStep> = group
                 .iter()
-                .map(|lane| LaneStep { tokens, start_pos: start, pages: lane, logits: Logits::None })
+                .map(|lane| LaneStep { tokens, start_pos: start, pages: lane, logits: Logits::None, keep: None })
                 .collect();
             engine.forward(pool, &round)?;
         }
@@ -128,7 +128,13 @@ fn decode_lanes(
         let token = [context[i % context.len()]];
         let round: Vec<LaneStep> = pages
             .iter()
-            .map(|lane| LaneStep { tokens: &token, start_pos: context.len() + i, pages: lane, logits: Logits::Argmax })
+            .map(|lane| LaneStep {
+                tokens: &token,
+                start_pos: context.len() + i,
+                pages: lane,
+                logits: Logits::Argmax,
+                keep: None,
+            })
             .collect();
         engine.forward(pool, &round)?;
     }

@@ -76,6 +76,7 @@ struct Functions {
     /// `attention_d{D}` for each of `HEAD_DIMS`.
     attention: [CudaFunction; 4],
     argmax_rows: CudaFunction,
+    keep_rows: CudaFunction,
     pack_rows: CudaFunction,
     snac_latent: CudaFunction,
     snac_snake: CudaFunction,
@@ -95,6 +96,7 @@ enum Arg {
     Ptr(DevPtr),
     Int(i32),
     Float(f32),
+    Double(f64),
 }
 
 /// One GPU: its context, the stream every kernel and copy runs on, and the loaded kernels.
@@ -223,6 +225,7 @@ impl Gpu {
                 load("attention_d128")?,
             ],
             argmax_rows: load("argmax_rows")?,
+            keep_rows: load("keep_rows")?,
             pack_rows: load("pack_rows")?,
             snac_latent: load("snac_latent")?,
             snac_snake: load("snac_snake")?,
@@ -345,6 +348,7 @@ impl Gpu {
                 Arg::Ptr(p) => p,
                 Arg::Int(v) => v as u32 as u64,
                 Arg::Float(v) => v.to_bits() as u64,
+                Arg::Double(v) => v.to_bits(),
             })
             .collect();
         let mut params: Vec<*mut std::ffi::c_void> = slots.iter_mut().map(|s| (s as *mut u64).cast()).collect();
@@ -417,6 +421,32 @@ impl Gpu {
         self.launch(&self.f.argmax_rows, (n, 1, 1), 1024, 0, &args)
     }
 
+    /// Sampled rows cut to the tokens their draws can take (`sampling::kept` after the repetition penalty, which it
+    /// applies to `logits` in place): for keep row r, logits row `rows[r]`, `params` (temperature, penalty) at 2r,
+    /// history ids `hist_off[r]..hist_off[r + 1]`; (id, logit) pairs at `out + 8 vocab r` bytes, their count in
+    /// `counts[r]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn keep_rows(
+        &self,
+        logits: DevPtr,
+        rows: DevPtr,
+        params: DevPtr,
+        hist: (DevPtr, DevPtr),
+        n: usize,
+        vocab: usize,
+        out: DevPtr,
+        counts: DevPtr,
+    ) -> Result<(), GpuError> {
+        self.narrow.store(false, Ordering::Relaxed);
+        let keep_below = crate::sampling::KEEP_BELOW_MAX;
+        let args = [Arg::Ptr(logits), Arg::Ptr(rows), Arg::Ptr(params), Arg::Ptr(hist.0), Arg::Ptr(hist.1)];
+        let args: Vec<Arg> = args
+            .into_iter()
+            .chain([Arg::Int(vocab as i32), Arg::Double(keep_below), Arg::Ptr(out), Arg::Ptr(counts)])
+            .collect();
+        self.launch(&self.f.keep_rows, (n, 1, 1), 1024, 0, &args)
+    }
+
     /// x += delta over `n` rows of width `h`.
     pub fn add_rows(&self, x: DevPtr, delta: DevPtr, n: usize, h: usize) -> Result<(), GpuError> {
         self.launch(&self.f.add_rows, (n, 1, 1), 256, 0, &[Arg::Ptr(x), Arg::Ptr(delta), Arg::Int(h as i32)])
@@ -449,6 +479,7 @@ mod tests {
             ("gemm_m16", 512),
             ("gemm_norm_m8", 512),
             ("argmax_rows", 1024),
+            ("keep_rows", 1024),
         ];
         for (name, threads) in launched {
             let bound = format!("__launch_bounds__({threads}");

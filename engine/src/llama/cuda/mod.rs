@@ -3,9 +3,8 @@
 use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
 
-use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
+use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep};
 use crate::memory::{Alloc, Held, MemoryKind};
-use rayon::prelude::*;
 use tensorfold_kernels::cuda::{
     attention_group_rows, DevPtr, Gpu, GpuError, Graph, KernelOptions, ATTENTION_SPLIT, HEAD_DIMS, MAX_GROUP,
 };
@@ -15,10 +14,12 @@ use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
 use crate::llama::{rope_inv_freq, Loader};
 
+mod logits;
 mod pack;
 mod queue;
 mod upload;
 
+use logits::{bring_back, KeepBuffers, RoundRows};
 use pack::read;
 use upload::Uploader;
 
@@ -63,6 +64,8 @@ struct Scratch {
     logits: DevPtr,
     /// Greedy picks, one id per logits row.
     picks: DevPtr,
+    /// Sampled rows cut to the tokens their draws can take.
+    keep: KeepBuffers,
     meta: DevPtr,
     /// Attention split states of rounds of up to `SPLIT_ROWS` rows.
     partial: DevPtr,
@@ -287,6 +290,14 @@ impl CudaLlama {
         let state_bytes = SPLIT_ROWS.min(t) * c.num_heads * (c.head_dim + 2) * 4;
         let nsplit = sizing.context.div_ceil(ATTENTION_SPLIT).min(PARTIAL_BYTES / state_bytes).max(1);
         let partial = up.buffer(act, nsplit * state_bytes)?;
+        let keep_sizes = KeepBuffers::sizes(sizing.max_lanes, sizing.context, c.vocab_size);
+        let mut keep_ptrs = [0; 6];
+        for (p, &bytes) in keep_ptrs.iter_mut().zip(&keep_sizes) {
+            *p = up.buffer(act, bytes)?;
+        }
+        let [pairs, counts, keep_rows, keep_params, hist_off, history] = keep_ptrs;
+        let history_cap = sizing.max_lanes * sizing.context;
+        let keep = KeepBuffers { pairs, counts, rows: keep_rows, params: keep_params, hist_off, history, history_cap };
         let zeros = vec![0u32; SPLIT_ROWS * c.num_kv_heads];
         let tickets = up.buffer(act, 4 * zeros.len())?;
         shared.upload(tickets, &zeros).map_err(gpu_err)?;
@@ -301,6 +312,7 @@ impl CudaLlama {
             act: act_buf,
             logits,
             picks,
+            keep,
             meta: meta_ptr,
             partial,
             tickets,
@@ -309,7 +321,8 @@ impl CudaLlama {
         let staging_bytes = meta.end + 4 * t * c.vocab_size;
         let staging =
             (up.alloc)(MemoryKind::PinnedHost, staging_bytes).map_err(|e| LoadError::Device(e.to_string()))?;
-        let activation_bytes = sizes.iter().sum::<usize>() + nsplit * state_bytes + 4 * zeros.len() + staging_bytes;
+        let activation_bytes =
+            sizes.iter().chain(&keep_sizes).sum::<usize>() + nsplit * state_bytes + 4 * zeros.len() + staging_bytes;
         let net = Net { cfg: c, gpu, sizing, embed, layers, norm, lm_head, inv_freq, scratch, meta };
         let graphs = HashMap::new();
         Ok(CudaLlama { net, staging, graphs, options, weight_bytes, activation_bytes, _held: up.held })
@@ -419,32 +432,10 @@ impl CudaLlama {
             net.queue(&cache, t, n, num_groups, fuse_rope, fold).map_err(e)?;
         }
         let vocab = c.vocab_size;
-        // A round whose every logits row is a greedy pick can bring back the ids alone.
-        let picks = options.gpu_argmax
-            && lanes.iter().all(|l| matches!(l.logits, Logits::None | Logits::Argmax | Logits::Picks));
-        let (width, from) = if picks { (1, s.picks) } else { (vocab, s.logits) };
-        if picks && n > 0 {
-            g.argmax_rows(s.logits, n, vocab, s.picks).map_err(e)?;
-        }
-        let out_bytes = &mut bytes[m.end..m.end + 4 * n * width];
-        // SAFETY: the buffer holds n rows of `width`; the staging stays borrowed until the sync.
-        unsafe { g.download_async(out_bytes, from).map_err(e)? };
-        g.sync().map_err(e)?;
-        // Pinned memory is page-aligned and the rows start at a 256-byte offset, so it reads as floats.
-        let floats = &staging[m.end / 4..m.end / 4 + n * width];
-        let mut first = Vec::with_capacity(lanes.len());
-        let mut at_row = 0;
-        for lane in lanes {
-            let k = lane.logits.rows(lane.tokens.len());
-            first.push((at_row, k, lane.logits));
-            at_row += k;
-        }
-        // A greedy lane's pick is read straight from the staging buffer: its row is never copied.
-        let rows = first.into_par_iter().map(|(row, k, kind)| match picks {
-            true => floats[row..row + k].iter().map(|id| id.to_bits() as f32).collect(),
-            false => kind.take(&floats[row * vocab..(row + k) * vocab], vocab),
-        });
-        Ok(rows.collect())
+        let floats = &mut staging[m.end / 4..];
+        let round =
+            RoundRows { logits: s.logits, picks: s.picks, staging: floats, n, vocab, gpu_argmax: options.gpu_argmax };
+        bring_back(g, &s.keep, round, lanes)
     }
 }
 
@@ -471,5 +462,9 @@ impl Engine for CudaLlama {
 
     fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
         self.run(pool, lanes)
+    }
+
+    fn keeps_rows(&self) -> bool {
+        true
     }
 }
