@@ -8,6 +8,7 @@ pub mod gelu;
 pub mod int8;
 pub mod matmul;
 pub mod ops;
+pub mod packed;
 pub mod quant;
 pub mod sampling;
 pub mod simd;

@@ -4,8 +4,8 @@ use rayon::prelude::*;
 use tensorfold_kernels::conv::{Conv1d, DepthwiseConv1d, Geometry};
 use tensorfold_kernels::gelu;
 use tensorfold_kernels::int8::{matmul_int8, Int8Matrix};
-use tensorfold_kernels::matmul::matmul;
 use tensorfold_kernels::ops::dot;
+use tensorfold_kernels::packed::{matmul_packed, PackedF32};
 use tensorfold_kernels::simd::axpy;
 use tensorfold_kernels::Weight;
 
@@ -55,7 +55,7 @@ pub enum Precision {
 }
 
 enum LinearWeight {
-    F32(Weight),
+    F32(PackedF32),
     Int8(Int8Matrix),
 }
 
@@ -75,7 +75,10 @@ impl Linear {
         precision: Precision,
     ) -> Result<Self, AcousticError> {
         let weight = match precision {
-            Precision::F32 => LinearWeight::F32(w.dequantized(bias_name, c_in, c_out)?),
+            Precision::F32 => match w.dequantized(bias_name, c_in, c_out)? {
+                Weight::F32 { data, .. } => LinearWeight::F32(PackedF32::new(&data, c_out, c_in)),
+                other => unreachable!("dequantized weights are f32, not {other:?}"),
+            },
             Precision::Int8 => LinearWeight::Int8(w.quantized(bias_name, c_in, c_out)?),
         };
         Ok(Self { weight, bias: w.f32(bias_name, c_out)? })
@@ -86,10 +89,7 @@ impl Linear {
         let num_rows = x.len() / self.c_in();
         let mut out = vec![0f32; num_rows * n];
         match &self.weight {
-            LinearWeight::F32(weight) => {
-                matmul(x, num_rows, weight, &mut out);
-                out.par_chunks_mut(n).for_each(|row| row.iter_mut().zip(&self.bias).for_each(|(o, b)| *o += b));
-            }
+            LinearWeight::F32(weight) => matmul_packed(x, num_rows, weight, &self.bias, &mut out),
             LinearWeight::Int8(weight) => matmul_int8(x, num_rows, weight, &self.bias, &mut out),
         }
         out
