@@ -20,6 +20,8 @@ pub mod voice;
 #[cfg(test)]
 mod draft_model_tests;
 #[cfg(test)]
+mod keep_tests;
+#[cfg(test)]
 mod runtime_tests;
 #[cfg(test)]
 mod voice_tests;
