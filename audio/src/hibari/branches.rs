@@ -63,8 +63,7 @@ mod avx2 {
     use super::*;
 
     /// exp(r) − 1 − r over r² for |r| ≤ ln 2 / 2, highest power first.
-    const EXP: [f32; 6] =
-        [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5e-1];
+    const EXP: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5e-1];
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     /// π/2 in three parts, so that x − k·π/2 is exact for the k that phases take.
