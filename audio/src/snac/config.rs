@@ -1,9 +1,11 @@
 //! SNAC's `config.json`: the constructor arguments of `snac.SNAC`, with its defaults for absent keys.
 
+use std::ops::Range;
 use std::path::Path;
 
 use serde::Deserialize;
 
+use super::Codes;
 use crate::error::CodecError;
 
 /// Codebooks this decoder takes; the 24 kHz codec has three.
@@ -74,6 +76,35 @@ impl SnacConfig {
     /// Codes each codebook holds per coarsest frame.
     pub fn codes_per_frame(&self) -> [usize; NUM_CODEBOOKS] {
         std::array::from_fn(|i| self.vq_strides[0] / self.vq_strides[i])
+    }
+
+    /// Frames that `codes` hold, once each codebook's length and every code are checked.
+    pub fn num_frames(&self, codes: Codes) -> Result<usize, CodecError> {
+        let per_frame = self.codes_per_frame();
+        let num_frames = codes[0].len() / per_frame[0];
+        for (i, (codes, per)) in codes.iter().zip(per_frame).enumerate() {
+            if codes.len() != num_frames * per {
+                let want = num_frames * per;
+                return Err(CodecError::Codes(format!(
+                    "codebook {i} has {} codes; {num_frames} frames need {want}",
+                    codes.len()
+                )));
+            }
+            let size = self.codebook_size;
+            if let Some(at) = codes.iter().position(|c| *c as usize >= size) {
+                return Err(CodecError::Codes(format!("codebook {i} code {} at {at} is not below {size}", codes[at])));
+            }
+        }
+        Ok(num_frames)
+    }
+
+    /// Frames of a window of codes whose frames `keep` are to be decoded, once both are checked.
+    pub fn window_frames(&self, window: Codes, keep: &Range<usize>) -> Result<usize, CodecError> {
+        let num_frames = self.num_frames(window)?;
+        if keep.start > keep.end || keep.end > num_frames {
+            return Err(CodecError::Frames(format!("{keep:?} is not within the {num_frames} frames of the window")));
+        }
+        Ok(num_frames)
     }
 
     fn validate(&self, path: &Path) -> Result<(), CodecError> {

@@ -86,7 +86,7 @@ impl SnacDecoder {
 
     /// PCM for all frames of `codes`.
     pub fn decode(&self, codes: Codes, noise: Option<u64>) -> Result<Vec<f32>, CodecError> {
-        let num_frames = self.check(codes)?;
+        let num_frames = self.config.num_frames(codes)?;
         Ok(self.decode_frames(codes, 0, num_frames, noise))
     }
 
@@ -98,7 +98,7 @@ impl SnacDecoder {
         context_frames: usize,
         noise: Option<u64>,
     ) -> Result<Vec<f32>, CodecError> {
-        let num_frames = self.check(codes)?;
+        let num_frames = self.config.num_frames(codes)?;
         if frames.start > frames.end || frames.end > num_frames {
             return Err(CodecError::Frames(format!("{frames:?} is not within the {num_frames} frames given")));
         }
@@ -120,35 +120,12 @@ impl SnacDecoder {
         keep: Range<usize>,
         noise: Option<u64>,
     ) -> Result<Vec<f32>, CodecError> {
-        let num_frames = self.check(window)?;
-        if keep.start > keep.end || keep.end > num_frames {
-            return Err(CodecError::Frames(format!("{keep:?} is not within the {num_frames} frames of the window")));
-        }
+        let num_frames = self.config.window_frames(window, &keep)?;
         let mut pcm = self.decode_frames(window, first_frame, num_frames, noise);
         let hop = self.hop_length();
         pcm.truncate(keep.end * hop);
         pcm.drain(..keep.start * hop);
         Ok(pcm)
-    }
-
-    /// Frames that `codes` hold, once each codebook's length and every code are checked.
-    fn check(&self, codes: Codes) -> Result<usize, CodecError> {
-        let per_frame = self.codes_per_frame();
-        let num_frames = codes[0].len() / per_frame[0];
-        for (i, (codes, per)) in codes.iter().zip(per_frame).enumerate() {
-            if codes.len() != num_frames * per {
-                let want = num_frames * per;
-                return Err(CodecError::Codes(format!(
-                    "codebook {i} has {} codes; {num_frames} frames need {want}",
-                    codes.len()
-                )));
-            }
-            let size = self.config.codebook_size;
-            if let Some(at) = codes.iter().position(|c| *c as usize >= size) {
-                return Err(CodecError::Codes(format!("codebook {i} code {} at {at} is not below {size}", codes[at])));
-            }
-        }
-        Ok(num_frames)
     }
 
     fn decode_frames(&self, codes: Codes, first_frame: usize, num_frames: usize, noise: Option<u64>) -> Vec<f32> {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use tensorfold_audio::snac::view::{ChannelConvView, DecoderView, SnakeView};
-use tensorfold_audio::snac::NUM_CODEBOOKS;
+use tensorfold_audio::snac::{SnacConfig, NUM_CODEBOOKS};
 use tensorfold_audio::SnacDecoder;
 use tensorfold_kernels::conv::{Conv1d, ConvTranspose1d};
 use tensorfold_kernels::cuda::{ConvLaunch, DevPtr, Gpu, GpuError, Windows};
@@ -11,6 +11,7 @@ use tensorfold_kernels::cuda::{ConvLaunch, DevPtr, Gpu, GpuError, Windows};
 use crate::boundary::{Codec, CodecJob, EngineError};
 use crate::error::LoadError;
 use crate::memory::{Alloc, Held, MemoryKind};
+use crate::speech::drama::stream::window_codes;
 
 /// Frames of windows one pass decodes; a round's windows beyond it take further passes.
 pub const PASS_FRAMES: usize = 256;
@@ -129,6 +130,7 @@ impl Uploads<'_, '_> {
 /// The decoder on one GPU with room for `PASS_FRAMES` frames of windows a pass; Drama decodes without noise.
 pub struct CudaSnac {
     gpu: Arc<Gpu>,
+    config: SnacConfig,
     books: [(DevPtr, DevPtr, DevPtr); NUM_CODEBOOKS],
     /// Latent steps each code of a codebook is held for.
     strides: [usize; NUM_CODEBOOKS],
@@ -214,28 +216,27 @@ impl CudaSnac {
             latent_per_frame,
             samples_per_latent,
             sample_rate: codec.sample_rate(),
+            config: codec.config().clone(),
             _held: up.held,
             gpu,
         })
     }
 
-    /// Decodes windows whose latent steps fit one pass; returns each window's kept samples.
-    fn pass(&self, jobs: &[&CodecJob]) -> Result<Vec<Vec<f32>>, EngineError> {
+    /// Decodes checked windows of `rows` latent steps each that fit one pass; returns each window's kept samples.
+    fn pass(&self, jobs: &[(&CodecJob, usize)]) -> Result<Vec<Vec<f32>>, EngineError> {
         let mut codes: Vec<u32> = Vec::new();
         let (mut seg_of, mut start, mut len) = (Vec::new(), Vec::new(), Vec::new());
-        for (w, job) in jobs.iter().enumerate() {
-            let rows = self.window_rows(job)?;
-            start.push((seg_of.len()) as i32);
+        for (w, &(job, rows)) in jobs.iter().enumerate() {
+            start.push(seg_of.len() as i32);
             len.push(rows as i32);
             for l in 0..rows {
                 seg_of.push(w as i32);
                 codes.extend((0..NUM_CODEBOOKS).map(|b| job.codes[b][l / self.strides[b]]));
             }
         }
-        let (rows, m) = (seg_of.len() as u64, self.max_rows as u64);
+        let (rows, m) = (seg_of.len(), self.max_rows as u64);
         // The meta buffer's parts, in bytes: codes, then the window of each latent step, then starts and lengths.
         let win = Windows { seg_of: self.meta + 12 * m, start: self.meta + 16 * m, len: self.meta + 20 * m };
-        let rows = rows as usize;
         let g = &self.gpu;
         g.bind().map_err(device_err)?;
         g.upload(self.meta, &codes).map_err(device_err)?;
@@ -248,34 +249,38 @@ impl CudaSnac {
         unsafe { g.download_async(&mut pcm, self.pcm) }.map_err(device_err)?;
         g.sync().map_err(device_err)?;
         let per_frame = self.latent_per_frame * self.samples_per_latent;
-        let kept = jobs.iter().zip(&start).map(|(job, &first)| {
+        let kept = jobs.iter().zip(&start).map(|((job, _), &first)| {
             let at = first as usize * self.samples_per_latent;
             pcm[at + job.keep.start * per_frame..at + job.keep.end * per_frame].to_vec()
         });
         Ok(kept.collect())
     }
 
+    /// Decodes the windows gathered for one pass into their places in `out`, and empties the gathering.
+    fn decode_pending(
+        &self,
+        pending: &mut Vec<(usize, (&CodecJob, usize))>,
+        out: &mut [Result<Vec<f32>, EngineError>],
+    ) {
+        if pending.is_empty() {
+            return;
+        }
+        let windows: Vec<(&CodecJob, usize)> = pending.iter().map(|p| p.1).collect();
+        match self.pass(&windows) {
+            Ok(pcm) => pending.iter().zip(pcm).for_each(|(p, pcm)| out[p.0] = Ok(pcm)),
+            Err(e) => pending.iter().for_each(|p| out[p.0] = Err(e.clone())),
+        }
+        pending.clear();
+    }
+
     /// Latent steps of a window, once its codebooks, codes and kept frames are checked.
     fn window_rows(&self, job: &CodecJob) -> Result<usize, EngineError> {
-        let fault = |why: String| Err(EngineError::Codec(why));
-        if job.codes.len() != NUM_CODEBOOKS {
-            return fault(format!("a SNAC window needs {NUM_CODEBOOKS} codebooks, not {}", job.codes.len()));
-        }
-        let rows = job.codes[0].len() * self.strides[0];
-        for (b, codes) in job.codes.iter().enumerate() {
-            if codes.len() * self.strides[b] != rows || !rows.is_multiple_of(self.latent_per_frame) {
-                return fault(format!("codebook {b} holds {} codes, which do not make whole frames", codes.len()));
-            }
-            if let Some(bad) = codes.iter().find(|&&c| c as usize >= 4096) {
-                return fault(format!("code {bad} is outside the codebook"));
-            }
-        }
-        let frames = rows / self.latent_per_frame;
-        if job.keep.start > job.keep.end || job.keep.end > frames {
-            return fault(format!("{:?} is not within the {frames} frames of the window", job.keep));
-        }
+        let frames = self.config.window_frames(window_codes(job)?, &job.keep);
+        let frames = frames.map_err(|e| EngineError::Codec(e.to_string()))?;
+        let rows = frames * self.latent_per_frame;
         if rows > self.max_rows {
-            return fault(format!("a window of {frames} frames is more than the {PASS_FRAMES} a pass holds"));
+            let fault = format!("a window of {frames} frames is more than the {PASS_FRAMES} a pass holds");
+            return Err(EngineError::Codec(fault));
         }
         Ok(rows)
     }
@@ -380,29 +385,26 @@ impl Codec for CudaSnac {
         self.decode_batch(&[job]).pop().unwrap_or_else(|| Err(EngineError::Codec("no window decoded".into())))
     }
 
-    /// Windows in passes of up to `PASS_FRAMES` frames; a pass that fails fails its windows.
+    /// Windows in passes of up to `PASS_FRAMES` frames; a bad window fails alone, a pass that fails fails its windows.
     fn decode_batch(&self, jobs: &[&CodecJob]) -> Vec<Result<Vec<f32>, EngineError>> {
-        let mut out = Vec::with_capacity(jobs.len());
-        let mut from = 0;
-        while from < jobs.len() {
-            let mut rows = 0;
-            let mut to = from;
-            while to < jobs.len() {
-                let r = self.window_rows(jobs[to]).unwrap_or(0);
-                if to > from && rows + r > self.max_rows {
-                    break;
+        let mut out: Vec<Result<Vec<f32>, EngineError>> = Vec::with_capacity(jobs.len());
+        let mut pending: Vec<(usize, (&CodecJob, usize))> = Vec::new();
+        let mut rows = 0;
+        for (i, job) in jobs.iter().enumerate() {
+            match self.window_rows(job) {
+                Ok(r) => {
+                    if rows + r > self.max_rows {
+                        self.decode_pending(&mut pending, &mut out);
+                        rows = 0;
+                    }
+                    rows += r;
+                    pending.push((i, (job, r)));
+                    out.push(Ok(Vec::new()));
                 }
-                rows += r;
-                to += 1;
+                Err(e) => out.push(Err(e)),
             }
-            match self.pass(&jobs[from..to]) {
-                Ok(pcm) => out.extend(pcm.into_iter().map(Ok)),
-                Err(e) if to - from == 1 => out.push(Err(e)),
-                // A bad window fails alone: the rest decode one by one.
-                Err(_) => out.extend(jobs[from..to].iter().map(|j| self.pass(&[j]).map(|mut p| p.remove(0)))),
-            }
-            from = to;
         }
+        self.decode_pending(&mut pending, &mut out);
         out
     }
 }

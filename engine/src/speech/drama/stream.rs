@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::boundary::{Codec, CodecJob, EngineError, FrameSink};
-use tensorfold_audio::snac::NUM_CODEBOOKS;
+use tensorfold_audio::snac::{Codes, NUM_CODEBOOKS};
 use tensorfold_audio::SnacDecoder;
 
 use super::{Assembled, DramaLayout, FrameAssembler, FrameCodes};
@@ -80,14 +80,18 @@ impl Codec for SnacCodec {
     }
 
     fn decode(&self, job: &CodecJob) -> Result<Vec<f32>, EngineError> {
-        let window: [&[u32]; NUM_CODEBOOKS] = match job.codes.as_slice() {
-            [a, b, c] => [a, b, c],
-            other => {
-                let fault = format!("a SNAC window needs {NUM_CODEBOOKS} codebooks, not {}", other.len());
-                return Err(EngineError::Codec(fault));
-            }
-        };
-        let span = self.0.decode_span(window, job.first_frame, job.keep.clone(), None);
+        let span = self.0.decode_span(window_codes(job)?, job.first_frame, job.keep.clone(), None);
         span.map_err(|e| EngineError::Codec(e.to_string()))
+    }
+}
+
+/// A job's codes as SNAC's three codebooks.
+pub(crate) fn window_codes(job: &CodecJob) -> Result<Codes<'_>, EngineError> {
+    match job.codes.as_slice() {
+        [a, b, c] => Ok([a, b, c]),
+        other => {
+            let fault = format!("a SNAC window needs {NUM_CODEBOOKS} codebooks, not {}", other.len());
+            Err(EngineError::Codec(fault))
+        }
     }
 }
