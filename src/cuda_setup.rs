@@ -50,6 +50,11 @@ impl CudaDevice {
         Ok(CudaDevice { gpu, device, cap, options })
     }
 
+    /// The engine's `Alloc` over the ledger, for loading onto the GPU.
+    pub fn alloc(&self) -> impl FnMut(MemoryKind, usize) -> Result<Held, MemoryError> + '_ {
+        |kind, bytes| self.allocate(kind, bytes).map(|a| Box::new(a) as Held).map_err(|e| MemoryError(e.to_string()))
+    }
+
     /// Allocates through the ledger from outside the actor system.
     pub fn allocate(&self, kind: MemoryKind, bytes: usize) -> Result<Allocation, LedgerError> {
         allocate_blocking(&self.device, kind, bytes)
@@ -62,17 +67,13 @@ impl CudaDevice {
         sizing: Sizing,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<CudaModel, LoadError> {
-        let mut alloc = |kind, bytes| -> Result<Held, MemoryError> {
-            self.allocate(kind, bytes).map(|a| Box::new(a) as Held).map_err(|e| MemoryError(e.to_string()))
-        };
+        let mut alloc = self.alloc();
         tensorfold_engine::model::load_cuda(path, self.gpu.clone(), sizing, self.options, &mut alloc, progress)
     }
 
     /// The SNAC codec's weights and buffers on the GPU, through the ledger.
     pub fn load_codec(&self, codec: &SnacDecoder) -> Result<CudaSnac, LoadError> {
-        let mut alloc = |kind, bytes| -> Result<Held, MemoryError> {
-            self.allocate(kind, bytes).map(|a| Box::new(a) as Held).map_err(|e| MemoryError(e.to_string()))
-        };
+        let mut alloc = self.alloc();
         CudaSnac::load(codec, self.gpu.clone(), &mut alloc)
     }
 

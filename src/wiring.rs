@@ -244,9 +244,16 @@ pub fn drama_spec(name: String, llama: Llama, codec: SnacCodec, round_tokens: us
     }
 }
 
-/// A Drama checkpoint served where `target` runs: its front end, its codec (on the GPU with the text model), and its
-/// language model, without the codec, unless it is `target` itself (`same`), whose text and speech lanes then share
-/// every forward pass.
+/// Where a Drama checkpoint's lanes run.
+pub enum DramaLanes {
+    /// Its own language model, with its codec.
+    Own(ModelSpec),
+    /// The text model, the same checkpoint, with this codec attached: text and speech lanes share every forward pass.
+    Shared(Box<dyn Codec>),
+}
+
+/// A Drama checkpoint served where `target` runs (`same`: `target` is this checkpoint): its front end, and where its
+/// lanes run, the codec on the GPU with a GPU text model.
 pub fn drama(
     target: &Loaded,
     dir: &Path,
@@ -254,28 +261,23 @@ pub fn drama(
     sizing: Sizing,
     round_tokens: usize,
     parallel: usize,
-) -> Result<(SpeechFrontEnd, Box<dyn Codec>, Option<ModelSpec>)> {
+) -> Result<(SpeechFrontEnd, DramaLanes)> {
     let loading = || format!("loading the speech model {}", dir.display());
     let parts = DramaParts::open(dir).with_context(loading)?;
     let name = dir.file_name().map_or_else(|| "drama".into(), |n| n.to_string_lossy().into_owned());
     let mut quiet = |_: usize, _: usize| {};
-    let (front, codec, spec): (_, Box<dyn Codec>, _) = match target {
+    Ok(match target {
         Loaded::Cpu(_) if same => {
             let (codec, front) = SpeechFrontEnd::from_parts(parts, name, target.config().max_position);
-            (front, Box::new(SnacCodec(Arc::new(codec))), None)
+            (front, DramaLanes::Shared(Box::new(SnacCodec(Arc::new(codec)))))
         }
         Loaded::Cpu(_) => {
             let llama = tensorfold_engine::model::load(dir, &mut quiet).with_context(loading)?.llama;
             let (codec, front) = SpeechFrontEnd::from_parts(parts, name.clone(), llama.config().max_position);
-            let codec = SnacCodec(Arc::new(codec));
-            let mut spec = drama_spec(name, llama, codec.clone(), round_tokens, parallel);
-            if let ModelKind::Tokens { codec, .. } = &mut spec.kind {
-                *codec = None;
-            }
-            (front, Box::new(codec), Some(spec))
+            (front, DramaLanes::Own(drama_spec(name, llama, SnacCodec(Arc::new(codec)), round_tokens, parallel)))
         }
         Loaded::Cuda(dev, _) => {
-            let codec = dev.load_codec(&parts.codec).with_context(loading)?;
+            let codec = Box::new(dev.load_codec(&parts.codec).with_context(loading)?);
             let model = match same {
                 true => None,
                 false => Some(dev.load(dir, sizing, &mut quiet).with_context(loading)?),
@@ -283,18 +285,20 @@ pub fn drama(
             let positions = model.as_ref().map_or(target.config().max_position, |m| m.llama.config().max_position);
             let context = positions.min(sizing.context);
             let (_, front) = SpeechFrontEnd::from_parts(parts, name.clone(), context);
-            // The device's ledger holds a GPU model's weights and buffers already.
-            let spec = model.map(|m| ModelSpec {
-                name,
-                weight_bytes: 0,
-                activation_bytes: 0,
-                context,
-                kind: ModelKind::Tokens { engine: Box::new(m.llama), codec: None },
-            });
-            (front, Box::new(codec), spec)
+            let lanes = match model {
+                // The device's ledger holds a GPU model's weights and buffers already.
+                Some(m) => DramaLanes::Own(ModelSpec {
+                    name,
+                    weight_bytes: 0,
+                    activation_bytes: 0,
+                    context,
+                    kind: ModelKind::Tokens { engine: Box::new(m.llama), codec: Some(codec) },
+                }),
+                None => DramaLanes::Shared(codec),
+            };
+            (front, lanes)
         }
-    };
-    Ok((front, codec, spec))
+    })
 }
 
 /// Refuses a `--context` the model cannot hold; unset, the model's own, at most 4096.

@@ -13,7 +13,9 @@ use crate::cuda_setup::Device;
 use crate::server::ServeConfig;
 use crate::settings::cli::{MODEL, SERVE, SPEECH};
 use crate::settings::{Key, Settings, TableArgs};
-use crate::wiring::{context, draft_spec, drama, hibari_speaker, load, model_path, same_path, start_runtime, Loaded};
+use crate::wiring::{
+    context, draft_spec, drama, hibari_speaker, load, model_path, same_path, start_runtime, DramaLanes, Loaded,
+};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -64,21 +66,16 @@ pub fn serve(settings: &Settings) -> Result<()> {
     let name = text.name.clone();
     let mut models: Vec<_> = std::iter::once(text).chain(draft).collect();
     let mut speakers = Speakers::default();
-    if let Some((mut front, codec, spec)) = drama {
+    if let Some((mut front, lanes)) = drama {
         tracing::info!(model = %front.model, voices = front.voices().names().join(","), "speech model loaded");
-        let slot = match spec {
-            Some(spec) => {
-                models.push(spec);
-                models.len() - 1
-            }
-            None => {
-                // One checkpoint for both: speech and text lanes share every batched forward.
+        match lanes {
+            DramaLanes::Own(spec) => models.push(spec),
+            DramaLanes::Shared(codec) => {
                 front.model = name.clone();
-                0
+                if let ModelKind::Tokens { codec: text_codec, .. } = &mut models[0].kind {
+                    *text_codec = Some(codec);
+                }
             }
-        };
-        if let ModelKind::Tokens { codec: slot_codec, .. } = &mut models[slot].kind {
-            *slot_codec = Some(codec);
         }
         speakers.push(Speaker::Drama(Arc::new(front)));
     }

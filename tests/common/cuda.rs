@@ -7,7 +7,6 @@ use serde_json::{json, Value};
 use tensorfold::cuda_setup::CudaDevice;
 use tensorfold_engine::checkpoint::hf::HfCheckpoint;
 use tensorfold_engine::llama::cuda::{CudaLlama, CudaOptions, Sizing};
-use tensorfold_engine::memory::{Held, MemoryError};
 
 use super::Rng;
 
@@ -108,9 +107,7 @@ pub fn normal(rng: &mut Rng) -> f32 {
 
 pub fn load(dev: &CudaDevice, dir: &Path, sizing: Sizing) -> CudaLlama {
     let ckpt = HfCheckpoint::open(dir).unwrap();
-    let mut alloc = |kind, bytes| -> Result<Held, MemoryError> {
-        dev.allocate(kind, bytes).map(|a| Box::new(a) as Held).map_err(|e| MemoryError(e.to_string()))
-    };
+    let mut alloc = dev.alloc();
     CudaLlama::load(&ckpt, dev.gpu.clone(), sizing, CudaOptions::default(), &mut alloc, &mut |_, _| {}).unwrap()
 }
 

@@ -71,7 +71,6 @@ impl FrameSink for DramaFrames {
 }
 
 /// The SNAC decoder as the engine thread runs it; Drama decodes without the codec's noise.
-#[derive(Clone)]
 pub struct SnacCodec(pub Arc<SnacDecoder>);
 
 impl Codec for SnacCodec {
