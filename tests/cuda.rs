@@ -357,7 +357,7 @@ async fn test_a_refused_allocation_never_reaches_the_driver_and_a_failed_one_is_
 #[test]
 fn test_rows_kept_on_the_gpu_are_the_cpus_cut_of_the_whole_row() {
     use tensorfold_engine::boundary::Keep;
-    use tensorfold_kernels::sampling::{distinct, kept, sample, sample_kept, SamplingParams};
+    use tensorfold_kernels::sampling::{distinct, kept, penalize, sample, sample_kept, SamplingParams};
     let Some(dev) = gpu() else { return };
     let dir = checkpoint("llama", 8);
     let mut model = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 4, context: 128 });
@@ -377,10 +377,7 @@ fn test_rows_kept_on_the_gpu_are_the_cpus_cut_of_the_whole_row() {
         let params =
             SamplingParams { temperature, top_p: 0.9, repetition_penalty: penalty, seed: 3, ..Default::default() };
         let mut penalized = whole.clone();
-        for &id in &history {
-            let l = &mut penalized[id as usize];
-            *l = if *l > 0.0 { *l / penalty } else { *l * penalty };
-        }
+        penalize(&mut penalized, &history, penalty);
         let (ids, values) = kept(&penalized, temperature);
         let got_ids: Vec<u32> = out[1].iter().step_by(2).map(|v| v.to_bits()).collect();
         let got_values: Vec<f32> = out[1].iter().skip(1).step_by(2).copied().collect();

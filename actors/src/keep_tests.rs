@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tensorfold_engine::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep};
-use tensorfold_kernels::sampling::{kept, SamplingParams};
+use tensorfold_kernels::sampling::{kept, penalize, SamplingParams};
 
 use crate::coordinator::{Drafting, Schedule};
 use crate::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
@@ -29,10 +29,7 @@ impl Engine for Keeping {
         let cut = lanes.iter().zip(rows).map(|(lane, mut row)| {
             let Some(keep) = lane.keep else { return row };
             self.rows_cut.fetch_add(1, Ordering::Relaxed);
-            for &id in keep.history {
-                let l = &mut row[id as usize];
-                *l = if *l > 0.0 { *l / keep.repetition_penalty } else { *l * keep.repetition_penalty };
-            }
+            penalize(&mut row, keep.history, keep.repetition_penalty);
             let (ids, values) = kept(&row, keep.temperature);
             ids.iter().zip(values).flat_map(|(&id, v)| [f32::from_bits(id), v]).collect()
         });

@@ -58,12 +58,15 @@ pub fn uniform(seed: u64, position: u64) -> f64 {
 
 /// Divides positive logits and multiplies negative ones by the penalty, once per seen token.
 fn apply_repetition_penalty(logits: &mut [f32], history: &[u32], penalty: f32) {
-    if penalty == 1.0 {
-        return;
+    if penalty != 1.0 {
+        penalize(logits, &distinct(history), penalty);
     }
-    let mut seen = std::collections::HashSet::new();
-    for &t in history {
-        if let Some(l) = logits.get_mut(t as usize).filter(|_| seen.insert(t)) {
+}
+
+/// The repetition penalty on each of `distinct` tokens; ids outside the vocabulary change nothing.
+pub fn penalize(logits: &mut [f32], distinct: &[u32], penalty: f32) {
+    for &t in distinct {
+        if let Some(l) = logits.get_mut(t as usize) {
             *l = if *l > 0.0 { *l / penalty } else { *l * penalty };
         }
     }
