@@ -165,22 +165,18 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
         );
     }
     // Each model's codec takes all of the round's windows for it in one call.
+    let mut by_model: std::collections::BTreeMap<usize, Vec<_>> = std::collections::BTreeMap::new();
+    plan.codec.iter().for_each(|c| by_model.entry(c.model).or_default().push(c));
     let mut audio = Vec::with_capacity(plan.codec.len());
-    for (m, slot) in models.iter().enumerate() {
-        let jobs: Vec<_> = plan.codec.iter().filter(|c| c.model == m).collect();
-        if jobs.is_empty() {
-            continue;
-        }
-        let pcm = match slot {
-            ModelSlot::Tokens { codec: Some(codec), .. } => {
-                codec.decode_batch(&jobs.iter().map(|c| &c.job).collect::<Vec<_>>())
+    for (m, windows) in by_model {
+        let pcm = match models.get(m) {
+            Some(ModelSlot::Tokens { codec: Some(codec), .. }) => {
+                codec.decode_batch(&windows.iter().map(|c| &c.job).collect::<Vec<_>>())
             }
-            _ => jobs.iter().map(|_| Err(EngineError::Codec(format!("model {m} has no codec")))).collect(),
+            _ => windows.iter().map(|_| Err(EngineError::Codec(format!("model {m} has no codec")))).collect(),
         };
-        audio.extend(jobs.iter().map(|c| c.lane_id).zip(pcm));
+        audio.extend(windows.iter().map(|c| c.lane_id).zip(pcm));
     }
-    let no_model = plan.codec.iter().filter(|c| c.model >= models.len());
-    audio.extend(no_model.map(|c| (c.lane_id, Err(EngineError::Codec(format!("model {} has no codec", c.model))))));
     let voices: Vec<Option<&dyn Voice>> = models
         .iter()
         .map(|m| match m {
