@@ -1,0 +1,112 @@
+//! What a lending daemon lends from: a pool of whole slices, each loan one descriptor.
+
+use std::ffi::CString;
+use std::os::fd::OwnedFd;
+
+use nix::fcntl::{fallocate, FallocateFlags};
+use nix::sys::memfd::{memfd_create, MFdFlags};
+use nix::unistd::ftruncate;
+
+use crate::SLICE_BYTES;
+
+/// Why a pool did not lend.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("{asked} slices asked for, {free} free")]
+    NoRoom { asked: usize, free: usize },
+    #[error("making the loan's memory failed: {0}")]
+    Backing(String),
+}
+
+/// One loan: the descriptor handed to the client, and the slices it counts.
+#[derive(Debug)]
+pub struct Loan {
+    pub memory: OwnedFd,
+    pub num_slices: usize,
+}
+
+impl Loan {
+    pub fn bytes(&self) -> u64 {
+        self.num_slices as u64 * SLICE_BYTES
+    }
+}
+
+/// A pool of whole slices. Host memory from `memfd_create` is one kind; device memory exported as a POSIX
+/// descriptor would be another behind the same calls.
+pub trait Pool: Send {
+    /// What the pool lends, for the daemon's log.
+    fn describe(&self) -> String;
+    fn num_slices(&self) -> usize;
+    fn num_free(&self) -> usize;
+    /// Lends `num_slices` whole slices as one descriptor, or refuses with the room it has.
+    fn lend(&mut self, num_slices: usize) -> Result<Loan, PoolError>;
+    /// Takes a loan back once its client's connection has closed.
+    fn take_back(&mut self, loan: Loan);
+}
+
+/// Host memory: each loan is a fresh memfd of its slices, committed before it is lent, so no client sees another's
+/// bytes and a grant is memory that exists.
+pub struct MemfdPool {
+    num_slices: usize,
+    num_lent: usize,
+}
+
+impl MemfdPool {
+    pub fn new(num_slices: usize) -> MemfdPool {
+        MemfdPool { num_slices, num_lent: 0 }
+    }
+}
+
+impl Pool for MemfdPool {
+    fn describe(&self) -> String {
+        format!("host memory (memfd), {} slices of {} MiB", self.num_slices, SLICE_BYTES >> 20)
+    }
+
+    fn num_slices(&self) -> usize {
+        self.num_slices
+    }
+
+    fn num_free(&self) -> usize {
+        self.num_slices - self.num_lent
+    }
+
+    fn lend(&mut self, num_slices: usize) -> Result<Loan, PoolError> {
+        if num_slices == 0 || num_slices > self.num_free() {
+            return Err(PoolError::NoRoom { asked: num_slices, free: self.num_free() });
+        }
+        let bytes = (num_slices as u64 * SLICE_BYTES) as i64;
+        let name = CString::new("tensorfold-lend").expect("no NUL in the name");
+        let fail = |call: &str, e: nix::Error| PoolError::Backing(format!("{call}: {e}"));
+        let memory = memfd_create(name.as_c_str(), MFdFlags::MFD_CLOEXEC).map_err(|e| fail("memfd_create", e))?;
+        ftruncate(&memory, bytes).map_err(|e| fail("ftruncate", e))?;
+        // Committing now turns a machine short of memory into a refusal instead of a fault in the client.
+        fallocate(&memory, FallocateFlags::empty(), 0, bytes).map_err(|e| fail("fallocate", e))?;
+        self.num_lent += num_slices;
+        Ok(Loan { memory, num_slices })
+    }
+
+    fn take_back(&mut self, loan: Loan) {
+        self.num_lent -= loan.num_slices.min(self.num_lent);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use nix::unistd::{lseek, Whence};
+
+    use super::*;
+
+    #[test]
+    fn test_a_memfd_pool_lends_whole_slices_and_takes_them_back() {
+        let mut pool = MemfdPool::new(3);
+        let loan = pool.lend(2).unwrap();
+        assert_eq!(lseek(loan.memory.as_fd(), 0, Whence::SeekEnd).unwrap() as u64, 2 * SLICE_BYTES);
+        assert_eq!((loan.bytes(), pool.num_free()), (2 * SLICE_BYTES, 1));
+        assert!(matches!(pool.lend(2), Err(PoolError::NoRoom { asked: 2, free: 1 })));
+        assert!(matches!(pool.lend(0), Err(PoolError::NoRoom { .. })));
+        pool.take_back(loan);
+        assert_eq!(pool.num_free(), 3);
+    }
+}
