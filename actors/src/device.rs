@@ -71,6 +71,11 @@ pub struct Adopt {
 #[rtype(result = "LedgerSnapshot")]
 pub struct Snapshot;
 
+/// Asks whether memory of a kind is host memory, which lent host memory can stand beside.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "bool")]
+pub struct IsHostAddressable(pub MemoryKind);
+
 /// Returns an allocation's or adoption's bytes; only their drops can build one, so no pointer is freed twice.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
@@ -285,6 +290,14 @@ impl Handler<Snapshot> for DeviceActor {
 
     fn handle(&mut self, _msg: Snapshot, _ctx: &mut Context<Self>) -> Self::Result {
         MessageResult(self.ledger.snapshot())
+    }
+}
+
+impl Handler<IsHostAddressable> for DeviceActor {
+    type Result = bool;
+
+    fn handle(&mut self, msg: IsHostAddressable, _ctx: &mut Context<Self>) -> bool {
+        self.ledger.is_host_addressable(msg.0)
     }
 }
 

@@ -48,7 +48,7 @@ pub enum LedgerError {
 
 /// Byte counts, one per memory kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PerKind([usize; 4]);
+pub struct PerKind([usize; 5]);
 
 impl PerKind {
     pub fn get(&self, kind: MemoryKind) -> usize {
@@ -164,6 +164,12 @@ impl Ledger {
     }
 
     fn reserve(&mut self, kind: MemoryKind, bytes: usize) -> Result<(), LedgerError> {
+        if kind == MemoryKind::Lent {
+            // Lent bytes are another process's: the ledger counts them, but they are not the cap's to spend.
+            let used = self.used.get_mut(kind);
+            *used = used.checked_add(bytes).ok_or(LedgerError::Overflow { kind, requested: bytes })?;
+            return Ok(());
+        }
         let Some(total) = self.total_used.checked_add(bytes) else {
             return Err(LedgerError::Overflow { kind, requested: bytes });
         };
@@ -186,7 +192,9 @@ impl Ledger {
         }
         let released = bytes.min(*used);
         *used -= released;
-        self.total_used -= released;
+        if kind != MemoryKind::Lent {
+            self.total_used -= released;
+        }
     }
 
     fn record_peak(&mut self, kind: MemoryKind) {
@@ -312,6 +320,21 @@ pub(crate) mod tests {
         ledger.release_adopted(MemoryKind::Weights, 50);
         let snap = ledger.snapshot();
         assert_eq!((snap.used[MemoryKind::Weights], snap.used[MemoryKind::KvCache], snap.total_used), (0, 20, 20));
+    }
+
+    #[test]
+    fn test_lent_bytes_are_counted_beside_the_cap_not_against_it() {
+        let (driver, state) = FakeDriver::boxed();
+        let mut ledger = Ledger::new(Some(1000), driver);
+        ledger.adopt(MemoryKind::Lent, 1 << 30).expect("lent bytes are not the cap's");
+        ledger.allocate(MemoryKind::KvCache, 1000).expect("the whole cap is still there");
+        let snap = ledger.snapshot();
+        assert_eq!((snap.used[MemoryKind::Lent], snap.total_used, snap.total_peak), (1 << 30, 1000, 1000));
+        assert_eq!((snap.peak[MemoryKind::Lent], snap.refusals), (1 << 30, 0));
+        ledger.release_adopted(MemoryKind::Lent, 1 << 30);
+        let snap = ledger.snapshot();
+        assert_eq!((snap.used[MemoryKind::Lent], snap.total_used), (0, 1000));
+        assert_eq!(state.alloc_calls.load(Ordering::SeqCst), 1);
     }
 
     /// A small deterministic generator so the interleaving is the same on every run.

@@ -6,6 +6,7 @@ pub mod device;
 pub mod draft;
 pub mod draft_model;
 pub mod kv;
+mod kv_room;
 pub mod ledger;
 pub mod metrics;
 pub mod prefix;
@@ -21,6 +22,8 @@ pub mod voice;
 mod draft_model_tests;
 #[cfg(test)]
 mod keep_tests;
+#[cfg(test)]
+mod lent_tests;
 #[cfg(test)]
 mod runtime_tests;
 #[cfg(test)]

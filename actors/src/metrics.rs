@@ -255,9 +255,9 @@ fn render_ledger(out: &mut String, ledger: &LedgerSnapshot) {
             let _ = writeln!(out, "{name}{{kind=\"{}\"}} {}", kind.as_str(), counts[kind]);
         }
     }
-    header(out, "tensorfold_ledger_total_bytes", "Bytes held, all kinds together.", "gauge");
+    header(out, "tensorfold_ledger_total_bytes", "Bytes held under the cap: every kind but lent.", "gauge");
     let _ = writeln!(out, "tensorfold_ledger_total_bytes {}", ledger.total_used);
-    header(out, "tensorfold_ledger_total_peak_bytes", "Most bytes held at once, all kinds together.", "gauge");
+    header(out, "tensorfold_ledger_total_peak_bytes", "Most bytes held at once under the cap.", "gauge");
     let _ = writeln!(out, "tensorfold_ledger_total_peak_bytes {}", ledger.total_peak);
     header(out, "tensorfold_ledger_cap_bytes", "The allocation cap in bytes; +Inf when uncapped.", "gauge");
     match ledger.cap {

@@ -8,11 +8,13 @@ use tokio::sync::mpsc;
 
 use std::collections::HashMap;
 
-use tensorfold_engine::boundary::{Codec, Engine, KvPool, Output, TokenWork, Voice, VoiceInput, Work};
+use tensorfold_engine::boundary::{Codec, Engine, Output, TokenWork, Voice, VoiceInput, Work};
+use tensorfold_lend::Lent;
 
 use crate::coordinator::{Coordinator, Enqueue, EnqueueVoice, Schedule};
-use crate::device::{cpu_driver, Adopt, Adoption, Allocate, DeviceActor, Snapshot};
+use crate::device::{cpu_driver, Adopt, Adoption, DeviceActor, Snapshot};
 use crate::kv::PagePool;
+use crate::kv_room::kv_room;
 use crate::ledger::{Ledger, LedgerError, MemoryKind};
 use crate::metrics::Metrics;
 use crate::request::{Abort, RequestActor, Stream};
@@ -125,8 +127,17 @@ pub struct Runtime {
 impl Runtime {
     /// Starts the device actor, allocates each model's KV pool through the ledger, and starts the coordinator.
     pub async fn start(models: Vec<ModelSpec>, cfg: RuntimeConfig) -> Result<Runtime, StartError> {
+        Runtime::start_lent(models, cfg, None).await
+    }
+
+    /// As `start`, and the first token model's KV pool grows by the whole pages `lent` memory holds.
+    pub async fn start_lent(
+        models: Vec<ModelSpec>,
+        cfg: RuntimeConfig,
+        lent: Option<Lent>,
+    ) -> Result<Runtime, StartError> {
         let device = DeviceActor::new(Ledger::new(cfg.memory_limit, cpu_driver())).start();
-        Runtime::start_on(device, models, cfg).await
+        Runtime::start_on_lent(device, models, cfg, lent).await
     }
 
     /// Starts on a running device actor, whose ledger may already hold the models' weights.
@@ -134,6 +145,16 @@ impl Runtime {
         device: Addr<DeviceActor>,
         models: Vec<ModelSpec>,
         cfg: RuntimeConfig,
+    ) -> Result<Runtime, StartError> {
+        Runtime::start_on_lent(device, models, cfg, None).await
+    }
+
+    /// As `start_on`, with lent memory for the first token model's KV pool.
+    pub async fn start_on_lent(
+        device: Addr<DeviceActor>,
+        models: Vec<ModelSpec>,
+        cfg: RuntimeConfig,
+        mut lent: Option<Lent>,
     ) -> Result<Runtime, StartError> {
         let gone = |_| StartError::DeviceGone;
         let mut names = std::collections::HashSet::new();
@@ -176,22 +197,17 @@ impl Runtime {
                 }
                 (None, None) => (cfg.schedule.parallel * m.context.min(2048)).max(m.context).div_ceil(cfg.page_tokens),
             };
-            let bytes = layout.buffer_bytes(num_pages);
-            let keys = device.send(Allocate { kind: MemoryKind::KvCache, bytes }).await.map_err(gone)??;
-            let values = device.send(Allocate { kind: MemoryKind::KvCache, bytes }).await.map_err(gone)??;
-            let pool = match keys.is_host_addressable() {
-                true => KvPool::with_storage(layout, num_pages, Box::new(keys), Box::new(values)),
-                false => {
-                    let ptrs = [keys.ptr().0, values.ptr().0];
-                    KvPool::on_device(layout, num_pages, Box::new(keys), Box::new(values), ptrs)
-                }
-            };
+            let lent = if target.is_none() { lent.take() } else { None };
+            let room = kv_room(&device, layout, num_pages, lent).await?;
+            let (pool, num_pages) = (room.pool, room.num_pages);
+            held.extend(room.held);
             let snap = device.send(Snapshot).await.map_err(gone)?;
             tracing::info!(
                 model = %m.name,
                 weights_held = snap.used[MemoryKind::Weights],
                 activations_held = snap.used[MemoryKind::Activations] + snap.used[MemoryKind::PinnedHost],
                 kv_pages = num_pages,
+                kv_lent_pages = room.num_lent_pages,
                 kv_bytes = num_pages * page_bytes,
                 kv_tokens = num_pages * cfg.page_tokens,
                 "memory"

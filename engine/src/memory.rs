@@ -2,18 +2,20 @@
 
 use std::ops::DerefMut;
 
-/// What a block of memory is for; every kind counts against the same cap.
+/// What a block of memory is for; every kind but `Lent` counts against the same cap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MemoryKind {
     Weights,
     KvCache,
     Activations,
     PinnedHost,
+    /// Memory another process lent (the carveout): counted beside the cap, never against it.
+    Lent,
 }
 
 impl MemoryKind {
-    pub const ALL: [MemoryKind; 4] =
-        [MemoryKind::Weights, MemoryKind::KvCache, MemoryKind::Activations, MemoryKind::PinnedHost];
+    pub const ALL: [MemoryKind; 5] =
+        [MemoryKind::Weights, MemoryKind::KvCache, MemoryKind::Activations, MemoryKind::PinnedHost, MemoryKind::Lent];
 
     /// The label used in metrics and errors.
     pub fn as_str(self) -> &'static str {
@@ -22,6 +24,7 @@ impl MemoryKind {
             MemoryKind::KvCache => "kv_cache",
             MemoryKind::Activations => "activations",
             MemoryKind::PinnedHost => "pinned_host",
+            MemoryKind::Lent => "lent",
         }
     }
 
@@ -32,6 +35,7 @@ impl MemoryKind {
             MemoryKind::KvCache => 1,
             MemoryKind::Activations => 2,
             MemoryKind::PinnedHost => 3,
+            MemoryKind::Lent => 4,
         }
     }
 }

@@ -75,10 +75,8 @@ impl Pool for MemfdPool {
             return Err(PoolError::NoRoom { asked: num_slices, free: self.num_free() });
         }
         let bytes = (num_slices as u64 * SLICE_BYTES) as i64;
-        let name = CString::new("tensorfold-lend").expect("no NUL in the name");
         let fail = |call: &str, e: nix::Error| PoolError::Backing(format!("{call}: {e}"));
-        let memory = memfd_create(name.as_c_str(), MFdFlags::MFD_CLOEXEC).map_err(|e| fail("memfd_create", e))?;
-        ftruncate(&memory, bytes).map_err(|e| fail("ftruncate", e))?;
+        let memory = memfd(bytes as u64).map_err(|e| fail("memfd", e))?;
         // Committing now turns a machine short of memory into a refusal instead of a fault in the client.
         fallocate(&memory, FallocateFlags::empty(), 0, bytes).map_err(|e| fail("fallocate", e))?;
         self.num_lent += num_slices;
@@ -88,6 +86,14 @@ impl Pool for MemfdPool {
     fn take_back(&mut self, loan: Loan) {
         self.num_lent -= loan.num_slices.min(self.num_lent);
     }
+}
+
+/// A fresh memfd of `bytes`, zeroed, its pages made as they are touched.
+pub fn memfd(bytes: u64) -> nix::Result<OwnedFd> {
+    let name = CString::new("tensorfold-lend").expect("no NUL in the name");
+    let memory = memfd_create(name.as_c_str(), MFdFlags::MFD_CLOEXEC)?;
+    ftruncate(&memory, i64::try_from(bytes).map_err(|_| nix::Error::EFBIG)?)?;
+    Ok(memory)
 }
 
 #[cfg(test)]

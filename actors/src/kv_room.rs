@@ -1,0 +1,85 @@
+//! A token model's KV pool: pages from the ledger's memory, and with lent memory (the carveout) its whole pages
+//! after them, in one address range for keys and one for values, so page ids and their arithmetic stay the same.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tensorfold_engine::boundary::{KvLayout, KvPool};
+use tensorfold_lend::kv::map_kv;
+use tensorfold_lend::Lent;
+
+use crate::device::{Adopt, Adoption, Allocate, DeviceActor, IsHostAddressable};
+use crate::ledger::MemoryKind;
+use crate::runtime::StartError;
+
+/// A built pool: its pages (own and lent), the pages lent memory added, and the accounting it holds.
+pub(crate) struct Room {
+    pub pool: KvPool,
+    pub num_pages: usize,
+    pub num_lent_pages: usize,
+    pub held: Vec<Adoption>,
+}
+
+/// `num_pages` pages of the ledger's memory, and with `lent` the lent slices' whole pages as well.
+pub(crate) async fn kv_room(
+    device: &Addr<DeviceActor>,
+    layout: KvLayout,
+    num_pages: usize,
+    lent: Option<Lent>,
+) -> Result<Room, StartError> {
+    let gone = |_| StartError::DeviceGone;
+    if let Some(lent) = lent {
+        match device.send(IsHostAddressable(MemoryKind::KvCache)).await.map_err(gone)? {
+            true => match lent_room(device, layout, num_pages, lent).await? {
+                Ok(room) => return Ok(room),
+                Err(why) => tracing::warn!("carveout not used, the KV pool keeps its ordinary room: {why}"),
+            },
+            false => tracing::warn!(
+                "carveout not used, the KV pool keeps its ordinary room: KV in device memory cannot take lent host \
+                 memory, and this build does not import lent device memory"
+            ),
+        }
+    }
+    let bytes = layout.buffer_bytes(num_pages);
+    let keys = device.send(Allocate { kind: MemoryKind::KvCache, bytes }).await.map_err(gone)??;
+    let values = device.send(Allocate { kind: MemoryKind::KvCache, bytes }).await.map_err(gone)??;
+    let pool = match keys.is_host_addressable() {
+        true => KvPool::with_storage(layout, num_pages, Box::new(keys), Box::new(values)),
+        false => {
+            let ptrs = [keys.ptr().0, values.ptr().0];
+            KvPool::on_device(layout, num_pages, Box::new(keys), Box::new(values), ptrs)
+        }
+    };
+    Ok(Room { pool, num_pages, num_lent_pages: 0, held: Vec::new() })
+}
+
+/// The pool over own and lent memory; the inner error is why the lent memory could not hold pages.
+async fn lent_room(
+    device: &Addr<DeviceActor>,
+    layout: KvLayout,
+    num_pages: usize,
+    lent: Lent,
+) -> Result<Result<Room, String>, StartError> {
+    let gone = |_| StartError::DeviceGone;
+    let lent_bytes = lent.bytes() as usize;
+    let buffers = match map_kv(Arc::new(lent), num_pages, layout.buffer_bytes(1)) {
+        Ok(buffers) => buffers,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    // The own pages are mapped here rather than by the driver, so the ledger adopts them under the cap.
+    let own = Adopt { kind: MemoryKind::KvCache, bytes: 2 * layout.buffer_bytes(num_pages) };
+    let held = vec![
+        device.send(own).await.map_err(gone)??,
+        device.send(Adopt { kind: MemoryKind::Lent, bytes: lent_bytes }).await.map_err(gone)??,
+    ];
+    let num_lent_pages = buffers.layout.num_pages;
+    let total = num_pages + num_lent_pages;
+    let pool = KvPool::with_storage(layout, total, Box::new(buffers.keys), Box::new(buffers.values));
+    tracing::info!(
+        lent_bytes,
+        lent_pages = num_lent_pages,
+        kv_tokens_gained = num_lent_pages * layout.page_tokens,
+        "carveout: KV pages in lent memory"
+    );
+    Ok(Ok(Room { pool, num_pages: total, num_lent_pages, held }))
+}
