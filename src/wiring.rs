@@ -22,6 +22,7 @@ use tensorfold_engine::speech::hibari::voice::{HibariModel, HIBARI_SAMPLE_RATE};
 use tensorfold_engine::speech::hibari::{HibariText, HibariVoice};
 use tensorfold_engine::speech::speakers::{Speaker, SpeechFrontEnd, VoiceSpeaker};
 use tensorfold_engine::text::tokenizer::Tokenizer;
+use tensorfold_lend::Lent;
 
 use crate::cuda_setup::{CudaDevice, Device};
 use crate::settings::{Key, Settings};
@@ -117,10 +118,11 @@ pub async fn start_runtime(
     device: Option<Addr<DeviceActor>>,
     models: Vec<ModelSpec>,
     cfg: RuntimeConfig,
+    lent: Option<Lent>,
 ) -> Result<Runtime> {
     Ok(match device {
-        Some(d) => Runtime::start_on(d, models, cfg).await?,
-        None => Runtime::start(models, cfg).await?,
+        Some(d) => Runtime::start_on_lent(d, models, cfg, lent).await?,
+        None => Runtime::start_lent(models, cfg, lent).await?,
     })
 }
 

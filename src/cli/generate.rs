@@ -115,7 +115,7 @@ pub fn generate(args: GenerateArgs, settings: &Settings) -> Result<()> {
     let request = ValidRequest { model: spec.name.clone(), work: Work::Tokens(work) };
     // The CLI is one lane of the same rounds the server runs.
     actix_web::rt::System::new().block_on(async move {
-        let runtime = start_runtime(device, vec![spec], cfg).await?;
+        let runtime = start_runtime(device, vec![spec], cfg, None).await?;
         let mut events = runtime.submit(request).await?;
         let mut out = std::io::stdout().lock();
         while let Some(event) = events.recv().await {

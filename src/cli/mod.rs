@@ -2,6 +2,7 @@
 
 mod bench;
 mod generate;
+mod lend;
 mod serve;
 mod speak;
 
@@ -33,6 +34,8 @@ enum Command {
     Speak(speak::SpeakArgs),
     /// Print every setting (flags and environment variables) with its type, default and the value in force.
     Settings(SettingsArgs),
+    /// Lend host memory to servers' KV pools over TF_CARVEOUT_SOCKET, to clients presenting the key (see docs/carveout.md).
+    Lend(lend::LendArgs),
 }
 
 #[derive(clap::Args)]
@@ -42,22 +45,25 @@ struct SettingsArgs {
 }
 
 /// The flags a command gave the table.
-fn given(command: &Command) -> &[(Key, String)] {
+fn given(command: &Command) -> Vec<(Key, String)> {
     match command {
-        Command::Generate(a) => &a.table.given,
-        Command::Bench(a) => &a.table.given,
-        Command::Logits(a) => &a.table.given,
-        Command::Serve(a) => &a.table.given,
-        Command::Settings(a) => &a.table.given,
-        Command::Speak(a) => &a.table.given,
-        Command::Fetch => &[],
+        Command::Generate(a) => a.table.given.clone(),
+        Command::Bench(a) => a.table.given.clone(),
+        Command::Logits(a) => a.table.given.clone(),
+        Command::Serve(a) => a.table.given.clone(),
+        Command::Settings(a) => a.table.given.clone(),
+        Command::Speak(a) => a.table.given.clone(),
+        Command::Lend(a) => {
+            lend::FORCED.iter().map(|(k, v)| (*k, v.to_string())).chain(a.table.given.clone()).collect()
+        }
+        Command::Fetch => Vec::new(),
     }
 }
 
 /// Parses the command line, checks every setting once, and runs the command; returns the exit status.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    let settings = match Settings::from_process(given(&cli.command)) {
+    let settings = match Settings::from_process(&given(&cli.command)) {
         Ok(settings) => settings,
         Err(e) => {
             eprintln!("error: {e}");
@@ -78,6 +84,7 @@ pub fn main() -> i32 {
         Command::Serve(_) => serve::serve(&settings),
         Command::Speak(args) => speak::speak(args, &settings),
         Command::Fetch => fetch(&settings),
+        Command::Lend(_) => lend::lend(&settings),
         Command::Settings(_) => {
             print!("{}", settings.render());
             Ok(())

@@ -9,6 +9,7 @@ use tensorfold_actors::runtime::{ModelKind, RuntimeConfig};
 use tensorfold_engine::llama::cuda::Sizing;
 use tensorfold_engine::speech::speakers::{Speaker, Speakers};
 
+use crate::carveout;
 use crate::cuda_setup::Device;
 use crate::server::ServeConfig;
 use crate::settings::cli::{MODEL, SERVE, SPEECH};
@@ -33,6 +34,8 @@ pub fn serve(settings: &Settings) -> Result<()> {
         max_lanes: parallel,
         context: settings.size(Key::Context).unwrap_or(4096),
     };
+    // Claimed before the weights load, so a refusal is logged early; the lent memory waits for the KV pool.
+    let lent = carveout::requested(settings).and_then(|request| carveout::open(&request));
     let model = load(settings, sizing, memory_limit)?;
     let context = context(settings, model.config().max_position)?;
     let draft = match settings.path(Key::DraftModel) {
@@ -92,7 +95,7 @@ pub fn serve(settings: &Settings) -> Result<()> {
         api_key: settings.text(Key::ApiKey).map(str::to_string),
     };
     actix_web::rt::System::new().block_on(async move {
-        let runtime = start_runtime(device, models, cfg).await?;
+        let runtime = start_runtime(device, models, cfg, lent).await?;
         crate::server::run(serve, runtime, Arc::new(tokenizer), name, speakers).await?;
         Ok(())
     })

@@ -8,6 +8,7 @@ use super::{Key, Kind, Scope, Setting, SETTINGS};
 pub const MODEL: u8 = 1;
 pub const SERVE: u8 = 2;
 pub const SPEECH: u8 = 4;
+pub const LEND: u8 = 8;
 
 /// The flags of every row whose scope is in `SCOPES`, as given on the command line (raw, checked by the table).
 #[derive(Clone, Debug, Default)]
@@ -20,6 +21,7 @@ fn in_scope(s: &Setting, scopes: u8) -> bool {
         Scope::Model => scopes & MODEL != 0,
         Scope::Serve => scopes & SERVE != 0,
         Scope::Speech => scopes & SPEECH != 0,
+        Scope::Lend => scopes & LEND != 0,
         Scope::Env => false,
     }
 }

@@ -52,6 +52,13 @@ pub enum Key {
     CudaWgmma,
     CudaGemmMinTiles,
     CudaGemmMaxBlocks,
+    Carveout,
+    CarveoutSource,
+    CarveoutMib,
+    CarveoutSocket,
+    CarveoutKey,
+    CarveoutKeyFile,
+    LendPoolMib,
 }
 
 /// What a setting's value is.
@@ -97,8 +104,37 @@ pub enum Scope {
     Serve,
     /// `serve` and `speak`.
     Speech,
+    /// `lend` only.
+    Lend,
     /// The environment only; no flag.
     Env,
+}
+
+/// When a setting is read and validated; rows behind a gate are skipped while it is closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Only {
+    Always,
+    /// While the model runs on a GPU.
+    Cuda,
+    /// While `TF_CARVEOUT` is 1.
+    Carveout,
+    /// While `TF_CARVEOUT` is 1 and its source is the daemon.
+    CarveoutDaemon,
+}
+
+impl Only {
+    /// Gates in the order they are resolved: each opens on rows resolved before it.
+    const ORDER: [Only; 4] = [Only::Always, Only::Cuda, Only::Carveout, Only::CarveoutDaemon];
+
+    /// What the printed table says of a row whose gate is closed.
+    fn closed(self) -> &'static str {
+        match self {
+            Only::Always => "unset",
+            Only::Cuda => "(not used on the CPU)",
+            Only::Carveout => "(not used: TF_CARVEOUT is 0)",
+            Only::CarveoutDaemon => "(not used: no carveout from the daemon)",
+        }
+    }
 }
 
 /// One row of the table.
@@ -114,8 +150,8 @@ pub struct Setting {
     pub scope: Scope,
     /// Shown as set or unset, never by value.
     pub secret: bool,
-    /// Read and validated only when the model runs on a GPU.
-    pub cuda_only: bool,
+    /// When the row is read and validated.
+    pub only: Only,
 }
 
 impl Setting {
@@ -156,7 +192,7 @@ pub enum Source {
     Env,
     Default,
     Unset,
-    /// A GPU-only setting while the model runs on the CPU.
+    /// A row whose gate is closed: GPU-only on the CPU, a carveout row with the carveout off.
     NotUsed,
 }
 
@@ -178,9 +214,10 @@ impl Settings {
     /// Flags given on the command line, then the environment, then defaults; every value checked once.
     pub fn resolve(given: &[(Key, String)], env: &dyn Fn(&str) -> Option<String>) -> Result<Settings, SettingError> {
         let mut values = vec![(None, Source::Unset); SETTINGS.len()];
-        let pass = |values: &mut Vec<(Option<Value>, Source)>, cuda_pass: bool, on_gpu: bool| {
-            for (i, s) in SETTINGS.iter().enumerate().filter(|(_, s)| s.cuda_only == cuda_pass) {
-                if cuda_pass && !on_gpu {
+        for only in Only::ORDER {
+            let open = Settings { values: values.clone() }.opens(only);
+            for (i, s) in SETTINGS.iter().enumerate().filter(|(_, s)| s.only == only) {
+                if !open {
                     values[i] = (None, Source::NotUsed);
                     continue;
                 }
@@ -192,13 +229,34 @@ impl Settings {
                     None => (None, Source::Unset),
                 };
             }
-            Ok::<(), SettingError>(())
+        }
+        let settings = Settings { values };
+        settings.check_carveout_key()?;
+        Ok(settings)
+    }
+
+    /// Whether rows behind `only` are read, given the rows resolved before them.
+    fn opens(&self, only: Only) -> bool {
+        match only {
+            Only::Always => true,
+            Only::Cuda => self.text(Key::Device) == Some("cuda"),
+            Only::Carveout => self.is_on(Key::Carveout),
+            Only::CarveoutDaemon => self.is_on(Key::Carveout) && self.text(Key::CarveoutSource) == Some("daemon"),
+        }
+    }
+
+    /// The daemon source needs exactly one of the inline key and the key file.
+    fn check_carveout_key(&self) -> Result<(), SettingError> {
+        if !self.opens(Only::CarveoutDaemon) {
+            return Ok(());
+        }
+        let (inline, file) = (setting(Key::CarveoutKey).name(), setting(Key::CarveoutKeyFile).name());
+        let fault = match (self.text(Key::CarveoutKey).is_some(), self.path(Key::CarveoutKeyFile).is_some()) {
+            (true, true) => format!("set {inline} or {file}, not both"),
+            (false, false) => format!("the daemon source needs {inline} or {file}"),
+            _ => return Ok(()),
         };
-        pass(&mut values, false, false)?;
-        let device = SETTINGS.iter().position(|s| s.key == Key::Device).expect("a device row");
-        let on_gpu = values[device].0 == Some(Value::Text("cuda".into()));
-        pass(&mut values, true, on_gpu)?;
-        Ok(Settings { values })
+        Err(SettingError { name: inline, fault })
     }
 
     /// The settings from the process environment, and these flags; the one place tensorfold reads its environment.
@@ -284,7 +342,7 @@ impl Settings {
         let mut rows = vec![["setting", "environment", "type", "default", "value", "help"].map(String::from)];
         for (s, (value, source)) in SETTINGS.iter().zip(&self.values) {
             let shown = match (value, source) {
-                (_, Source::NotUsed) => "(not used on the CPU)".to_string(),
+                (_, Source::NotUsed) => s.only.closed().to_string(),
                 (None, _) => "unset".to_string(),
                 (Some(_), _) if s.secret => format!("set ({})", source_name(*source)),
                 (Some(v), _) => format!("{} ({})", show(v), source_name(*source)),

@@ -1,9 +1,9 @@
 //! The rows of the settings table.
 
-use super::{Key, Kind, Scope, Setting};
+use super::{Key, Kind, Only, Scope, Setting};
 
 const fn row(key: Key, flag: Option<&'static str>, env: Option<&'static str>, kind: Kind, scope: Scope) -> Setting {
-    Setting { key, flag, env, kind, default: None, help: "", scope, secret: false, cuda_only: false }
+    Setting { key, flag, env, kind, default: None, help: "", scope, secret: false, only: Only::Always }
 }
 
 const fn count(min: u64, max: u64) -> Kind {
@@ -136,49 +136,90 @@ pub static SETTINGS: &[Setting] = &[
     Setting {
         default: Some("1"),
         help: "decode rounds replay recorded CUDA graphs",
-        cuda_only: true,
+        only: Only::Cuda,
         ..row(Key::CudaGraphs, None, Some("TF_CUDA_GRAPHS"), Kind::Switch, Scope::Env)
     },
     Setting {
         default: Some("0"),
         help: "decode rounds do RoPE and the KV write inside the attention kernel",
-        cuda_only: true,
+        only: Only::Cuda,
         ..row(Key::CudaFuseRope, None, Some("TF_CUDA_FUSE_ROPE"), Kind::Switch, Scope::Env)
     },
     Setting {
         default: Some("1"),
         help: "rounds of up to 8 rows fold each RMSNorm into the GEMM that reads it",
-        cuda_only: true,
+        only: Only::Cuda,
         ..row(Key::CudaFoldNorms, None, Some("TF_CUDA_FOLD_NORMS"), Kind::Switch, Scope::Env)
     },
     Setting {
         default: Some("1"),
         help: "greedy lanes take their pick on the GPU and bring back the id alone",
-        cuda_only: true,
+        only: Only::Cuda,
         ..row(Key::CudaGpuArgmax, None, Some("TF_CUDA_GPU_ARGMAX"), Kind::Switch, Scope::Env)
     },
     Setting {
         default: Some("0"),
         help: "wide rounds multiply on Hopper's warpgroup MMA (wgmma): the same bits, not yet faster",
-        cuda_only: true,
+        only: Only::Cuda,
         ..row(Key::CudaWgmma, None, Some("TF_CUDA_WGMMA"), Kind::Switch, Scope::Env)
     },
     Setting {
         default: Some("1"),
         help: "kernels of narrow rounds start while the previous one ends (Hopper and later)",
-        cuda_only: true,
+        only: Only::Cuda,
         ..row(Key::CudaOverlap, None, Some("TF_CUDA_OVERLAP"), Kind::Switch, Scope::Env)
     },
     Setting {
         default: Some("16"),
         help: "fewest 32-wide chunks in one K segment of a GEMM; fixes the reduction order per weight shape",
-        cuda_only: true,
+        only: Only::Cuda,
         ..row(Key::CudaGemmMinTiles, None, Some("TF_CUDA_GEMM_MIN_TILES"), count(1, 1024), Scope::Env)
     },
     Setting {
         default: Some("256"),
         help: "most blocks a decode GEMM grid aims for, 0 for no limit; fixes the reduction order per weight shape",
-        cuda_only: true,
+        only: Only::Cuda,
         ..row(Key::CudaGemmMaxBlocks, None, Some("TF_CUDA_GEMM_MAX_BLOCKS"), count(0, 1 << 20), Scope::Env)
+    },
+    Setting {
+        default: Some("0"),
+        help: "put KV pages in memory another process lends (see docs/carveout.md); a refusal is logged, never fatal",
+        ..row(Key::Carveout, None, Some("TF_CARVEOUT"), Kind::Switch, Scope::Env)
+    },
+    Setting {
+        default: Some("daemon"),
+        help: "where lent memory comes from: daemon (a lending daemon's unix socket) or drm (a display card's dumb \
+               buffer; refused where this build has no route)",
+        only: Only::Carveout,
+        ..row(Key::CarveoutSource, None, Some("TF_CARVEOUT_SOURCE"), Kind::Choice(&["daemon", "drm"]), Scope::Env)
+    },
+    Setting {
+        default: Some("1024"),
+        help: "MiB of lent memory to ask for, rounded up to whole 2 MiB slices",
+        only: Only::Carveout,
+        ..row(Key::CarveoutMib, None, Some("TF_CARVEOUT_MIB"), count(1, 1 << 24), Scope::Env)
+    },
+    Setting {
+        default: Some("/run/tensorfold/lend.sock"),
+        help: "the lending daemon's SOCK_SEQPACKET socket; tensorfold lend listens here",
+        only: Only::CarveoutDaemon,
+        ..row(Key::CarveoutSocket, None, Some("TF_CARVEOUT_SOCKET"), Kind::Path, Scope::Env)
+    },
+    Setting {
+        help: "the key the lending daemon expects (or TF_CARVEOUT_KEY_FILE)",
+        secret: true,
+        only: Only::CarveoutDaemon,
+        ..row(Key::CarveoutKey, None, Some("TF_CARVEOUT_KEY"), Kind::Text, Scope::Env)
+    },
+    Setting {
+        help: "a file whose first line is the daemon's key, read when the claim is made",
+        secret: true,
+        only: Only::CarveoutDaemon,
+        ..row(Key::CarveoutKeyFile, None, Some("TF_CARVEOUT_KEY_FILE"), Kind::Path, Scope::Env)
+    },
+    Setting {
+        default: Some("1024"),
+        help: "MiB of host memory tensorfold lend lends, in whole 2 MiB slices",
+        ..row(Key::LendPoolMib, Some("pool-mib"), None, count(2, 1 << 24), Scope::Lend)
     },
 ];
