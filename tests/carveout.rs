@@ -1,0 +1,102 @@
+//! Both ends as a user runs them: `tensorfold lend` in one process, `tensorfold serve` with the carveout in
+//! another; the server's KV pool grows by the lent pages, it answers, and the daemon's pool is whole again after
+//! the server is killed.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+use common::server::{binary, Server};
+use serde_json::json;
+
+const MIB: f64 = (1 << 20) as f64;
+
+/// The daemon's child process and its stderr, line by line; killed on drop.
+struct Lender {
+    child: Child,
+    lines: Receiver<String>,
+}
+
+impl Lender {
+    fn start(socket: &std::path::Path) -> Lender {
+        let mut child = Command::new(binary())
+            .args(["lend", "--pool-mib", "8"])
+            .env("TF_CARVEOUT_SOCKET", socket)
+            .env("TF_CARVEOUT_KEY", "sesame")
+            .env("TF_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting tensorfold lend");
+        let (tx, lines) = channel();
+        let stderr = child.stderr.take().expect("piped stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(plain(&line));
+            }
+        });
+        Lender { child, lines }
+    }
+
+    /// Waits for a line containing every one of `words`; the lines read on the way are returned on failure.
+    fn wait_for(&self, words: &[&str]) -> Result<String, Vec<String>> {
+        let (deadline, mut seen) = (Instant::now() + Duration::from_secs(30), Vec::new());
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) if words.iter().all(|w| line.contains(w)) => return Ok(line),
+                Ok(line) => seen.push(line),
+                Err(_) => break,
+            }
+        }
+        Err(seen)
+    }
+}
+
+/// A log line without its terminal colours.
+fn plain(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => _ = chars.by_ref().find(|&c| c == 'm'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+impl Drop for Lender {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn test_a_server_claims_kv_room_from_tensorfold_lend_and_the_pool_is_whole_after_it_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("lend.sock");
+    let lender = Lender::start(&socket);
+    lender.wait_for(&["lending", "4 slices"]).expect("the daemon says what it lends");
+    // This test binary runs this one test, so the environment the server inherits is its own.
+    for (name, value) in [("TF_CARVEOUT", "1"), ("TF_CARVEOUT_MIB", "3"), ("TF_CARVEOUT_KEY", "sesame")] {
+        std::env::set_var(name, value);
+    }
+    std::env::set_var("TF_CARVEOUT_SOCKET", &socket);
+    let server = Server::start(&["--no-voice", "--kv-pages", "32", "--parallel", "2"]);
+    lender.wait_for(&["lent", "bytes=4194304", "free_slices=2"]).expect("the daemon lent two slices");
+    let log = plain(&server.stderr());
+    assert!(log.contains("carveout: KV pages in lent memory") && log.contains("lent_bytes=4194304"), "{log}");
+    let body = json!({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0});
+    let reply = server.post_json("/v1/chat/completions", &body);
+    assert_eq!(reply.status, 200, "{}", server.stderr());
+    let metrics = server.metrics();
+    assert_eq!(metrics.get("tensorfold_ledger_bytes{kind=\"lent\"}"), Some(&(4.0 * MIB)), "{metrics:?}");
+    let total = metrics["tensorfold_kv_pages_total"];
+    assert!(total > 32.0, "the pool has {total} pages, no more than its own 32");
+    drop(server);
+    let back = lender.wait_for(&["took back", "free_slices=4"]);
+    assert!(back.is_ok(), "the daemon did not take its slices back: {:?}", back.err());
+}
