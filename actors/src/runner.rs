@@ -168,6 +168,7 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
     let mut by_model: std::collections::BTreeMap<usize, Vec<_>> = std::collections::BTreeMap::new();
     plan.codec.iter().for_each(|c| by_model.entry(c.model).or_default().push(c));
     let mut audio = Vec::with_capacity(plan.codec.len());
+    let started = Instant::now();
     for (m, windows) in by_model {
         let pcm = match models.get(m) {
             Some(ModelSlot::Tokens { codec: Some(codec), .. }) => {
@@ -176,6 +177,9 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
             _ => windows.iter().map(|_| Err(EngineError::Codec(format!("model {m} has no codec")))).collect(),
         };
         audio.extend(windows.iter().map(|c| c.lane_id).zip(pcm));
+    }
+    if !plan.codec.is_empty() {
+        tracing::debug!(windows = plan.codec.len(), codec_us = started.elapsed().as_micros() as u64, "codec");
     }
     let voices: Vec<Option<&dyn Voice>> = models
         .iter()

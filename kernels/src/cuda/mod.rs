@@ -13,11 +13,13 @@ mod attention;
 mod conv;
 mod gemm;
 mod pack;
+mod sampling;
 pub use crate::cuda_pack::{gate_up_order, gemm_segments, pack_weight, packed_index, packed_rows, GemmTuning, Graph};
 pub use attention::{attention_group_rows, AttentionArgs, QkvArgs, ATTENTION_SPLIT, HEAD_DIMS};
 pub use conv::{ConvLaunch, Windows};
 pub use gemm::NormIn;
 pub use pack::{packed_vector, Event, PackPlace};
+pub use sampling::{KeepRows, KEEP_SCRATCH};
 
 /// A device address.
 pub type DevPtr = u64;
@@ -76,7 +78,8 @@ struct Functions {
     /// `attention_d{D}` for each of `HEAD_DIMS`.
     attention: [CudaFunction; 4],
     argmax_rows: CudaFunction,
-    keep_rows: CudaFunction,
+    keep_count: CudaFunction,
+    keep_write: CudaFunction,
     pack_rows: CudaFunction,
     snac_latent: CudaFunction,
     snac_snake: CudaFunction,
@@ -225,7 +228,8 @@ impl Gpu {
                 load("attention_d128")?,
             ],
             argmax_rows: load("argmax_rows")?,
-            keep_rows: load("keep_rows")?,
+            keep_count: load("keep_count")?,
+            keep_write: load("keep_write")?,
             pack_rows: load("pack_rows")?,
             snac_latent: load("snac_latent")?,
             snac_snake: load("snac_snake")?,
@@ -413,40 +417,6 @@ impl Gpu {
         self.launch(&self.f.add_rms_norm, (n, 1, 1), NORM_THREADS, 0, &args)
     }
 
-    /// out[r] = the index of the largest of row r's `vocab` logits, as `ops::argmax` picks it, for `n` rows.
-    pub fn argmax_rows(&self, logits: DevPtr, n: usize, vocab: usize, out: DevPtr) -> Result<(), GpuError> {
-        // After a graph, a launch waits for the whole of it.
-        self.narrow.store(false, Ordering::Relaxed);
-        let args = [Arg::Ptr(logits), Arg::Int(vocab as i32), Arg::Ptr(out)];
-        self.launch(&self.f.argmax_rows, (n, 1, 1), 1024, 0, &args)
-    }
-
-    /// Sampled rows cut to the tokens their draws can take (`sampling::kept` after the repetition penalty, which it
-    /// applies to `logits` in place): for keep row r, logits row `rows[r]`, `params` (temperature, penalty) at 2r,
-    /// history ids `hist_off[r]..hist_off[r + 1]`; (id, logit) pairs at `out + 8 vocab r` bytes, their count in
-    /// `counts[r]`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn keep_rows(
-        &self,
-        logits: DevPtr,
-        rows: DevPtr,
-        params: DevPtr,
-        hist: (DevPtr, DevPtr),
-        n: usize,
-        vocab: usize,
-        out: DevPtr,
-        counts: DevPtr,
-    ) -> Result<(), GpuError> {
-        self.narrow.store(false, Ordering::Relaxed);
-        let keep_below = crate::sampling::KEEP_BELOW_MAX;
-        let args = [Arg::Ptr(logits), Arg::Ptr(rows), Arg::Ptr(params), Arg::Ptr(hist.0), Arg::Ptr(hist.1)];
-        let args: Vec<Arg> = args
-            .into_iter()
-            .chain([Arg::Int(vocab as i32), Arg::Double(keep_below), Arg::Ptr(out), Arg::Ptr(counts)])
-            .collect();
-        self.launch(&self.f.keep_rows, (n, 1, 1), 1024, 0, &args)
-    }
-
     /// x += delta over `n` rows of width `h`.
     pub fn add_rows(&self, x: DevPtr, delta: DevPtr, n: usize, h: usize) -> Result<(), GpuError> {
         self.launch(&self.f.add_rows, (n, 1, 1), 256, 0, &[Arg::Ptr(x), Arg::Ptr(delta), Arg::Int(h as i32)])
@@ -479,7 +449,8 @@ mod tests {
             ("gemm_m16", 512),
             ("gemm_norm_m8", 512),
             ("argmax_rows", 1024),
-            ("keep_rows", 1024),
+            ("keep_count", 1024),
+            ("keep_write", 1024),
         ];
         for (name, threads) in launched {
             let bound = format!("__launch_bounds__({threads}");

@@ -2,11 +2,11 @@
 //! whole rows of logits.
 
 use rayon::prelude::*;
-use tensorfold_kernels::cuda::{DevPtr, Gpu, GpuError};
+use tensorfold_kernels::cuda::{DevPtr, Gpu, GpuError, KeepRows, KEEP_SCRATCH};
 
-use crate::boundary::{EngineError, LaneStep, Logits};
+use crate::boundary::{EngineError, Keep, LaneStep, Logits};
 
-/// Device buffers for sampled rows: their (id, logit) pairs, counts, and the tables `keep_rows` reads.
+/// Device buffers for sampled rows: their packed (id, logit) pairs, counts, scratch, and the tables `keep_rows` reads.
 pub(super) struct KeepBuffers {
     pub pairs: DevPtr,
     pub counts: DevPtr,
@@ -14,14 +14,16 @@ pub(super) struct KeepBuffers {
     pub params: DevPtr,
     pub hist_off: DevPtr,
     pub history: DevPtr,
+    pub scratch: DevPtr,
     /// Most history ids a round's tables hold.
     pub history_cap: usize,
 }
 
 impl KeepBuffers {
     /// Bytes of each buffer, in field order, for rounds of `lanes` lanes of `context` positions.
-    pub(super) fn sizes(lanes: usize, context: usize, vocab: usize) -> [usize; 6] {
-        [8 * lanes * vocab, 4 * lanes, 4 * lanes, 8 * lanes, 4 * (lanes + 1), 4 * lanes * context]
+    pub(super) fn sizes(lanes: usize, context: usize, vocab: usize) -> [usize; 7] {
+        let scratch = 4 * KEEP_SCRATCH * lanes;
+        [8 * lanes * vocab, 4 * lanes, 4 * lanes, 8 * lanes, 4 * (lanes + 1), 4 * lanes * context, scratch]
     }
 }
 
@@ -59,27 +61,7 @@ pub(super) fn bring_back(
     }
     let kept: Vec<_> = first.iter().filter_map(|&(row, _, _, keep)| keep.map(|k| (row, k))).collect();
     if !kept.is_empty() {
-        let mut history = Vec::new();
-        let mut hist_off = vec![0u32];
-        for (_, k) in &kept {
-            history.extend(k.history.iter().copied().filter(|&id| (id as usize) < vocab));
-            hist_off.push(history.len() as u32);
-        }
-        if history.len() > keep.history_cap {
-            let fault = format!("{} penalized tokens exceed the {} a round holds", history.len(), keep.history_cap);
-            return Err(EngineError::Sizing(fault));
-        }
-        let rows: Vec<u32> = kept.iter().map(|&(row, _)| row as u32).collect();
-        let params: Vec<f32> = kept.iter().flat_map(|(_, k)| [k.temperature, k.repetition_penalty]).collect();
-        g.upload(keep.rows, &rows).map_err(device)?;
-        g.upload(keep.params, &params).map_err(device)?;
-        g.upload(keep.hist_off, &hist_off).map_err(device)?;
-        if !history.is_empty() {
-            g.upload(keep.history, &history).map_err(device)?;
-        }
-        let hist = (keep.hist_off, keep.history);
-        g.keep_rows(logits, keep.rows, keep.params, hist, kept.len(), vocab, keep.pairs, keep.counts)
-            .map_err(device)?;
+        queue_keep(g, keep, logits, staging, &kept, vocab)?;
     }
     let others = || first.iter().filter(|f| f.3.is_none());
     let picks = gpu_argmax && others().all(|f| matches!(f.2, Logits::None | Logits::Argmax | Logits::Picks));
@@ -93,30 +75,99 @@ pub(super) fn bring_back(
         // SAFETY: the staging holds n rows of `vocab`; it stays borrowed until the sync below.
         unsafe { g.download_async(&mut staging[..n * vocab], logits) }.map_err(device)?;
     }
-    let mut counts = vec![0u32; kept.len()];
-    if !kept.is_empty() {
-        // SAFETY: the counts buffer holds one u32 a kept row; the vector lives until the sync.
+    let k = kept.len();
+    let mut counts = vec![0u32; k];
+    if k > 0 {
+        // SAFETY: the counts buffer holds a u32 a kept row; the vector lives until the sync below.
         unsafe { g.download_async(&mut counts, keep.counts) }.map_err(device)?;
     }
     g.sync().map_err(device)?;
-    let mut pairs: Vec<Vec<u32>> = counts.iter().map(|&c| vec![0u32; 2 * c as usize]).collect();
-    for (r, p) in pairs.iter_mut().enumerate().filter(|(_, p)| !p.is_empty()) {
-        // SAFETY: row r's pairs start at 8 vocab r bytes and `count` of them were written; synced below.
-        unsafe { g.download_async(p, keep.pairs + (8 * vocab * r) as u64) }.map_err(device)?;
+    // The pairs come back in one copy: into the staging after the picks, unless whole rows fill it.
+    let total = 2 * counts.iter().map(|&c| c as usize).sum::<usize>();
+    let in_staging = !whole && n + total <= staging.len();
+    let mut spilled = vec![0u32; if in_staging { 0 } else { total }];
+    if total > 0 {
+        // SAFETY: the rows' pairs lie packed from the start of the pairs buffer; the destination lives until the sync.
+        match in_staging {
+            true => unsafe { g.download_async(&mut staging[n..n + total], keep.pairs) },
+            false => unsafe { g.download_async(&mut spilled, keep.pairs) },
+        }
+        .map_err(device)?;
+        g.sync().map_err(device)?;
     }
-    g.sync().map_err(device)?;
-    let mut pairs = pairs.into_iter();
-    let lane_pairs: Vec<Option<Vec<u32>>> = first.iter().map(|f| f.3.and_then(|_| pairs.next())).collect();
+    let spilled: Vec<f32> = spilled.into_iter().map(f32::from_bits).collect();
     let staging = &*staging;
+    let pairs = if in_staging { &staging[n..n + total] } else { &spilled[..] };
+    let mut at = 0;
+    let mut rows = counts.iter().map(|&c| {
+        at += 2 * c as usize;
+        &pairs[at - 2 * c as usize..at]
+    });
+    let lane_pairs: Vec<Option<&[f32]>> = first.iter().map(|f| f.3.and_then(|_| rows.next())).collect();
     // A greedy lane's pick is read straight from the staging buffer: its row is never copied.
     let out: Vec<Vec<f32>> = first
         .into_par_iter()
         .zip(lane_pairs)
         .map(|((row, k, kind, _), kept)| match (kept, picks) {
-            (Some(p), _) => p.into_iter().map(f32::from_bits).collect(),
+            (Some(p), _) => p.to_vec(),
             (None, true) => staging[row..row + k].iter().map(|id| id.to_bits() as f32).collect(),
             (None, false) => kind.take(&staging[row * vocab..(row + k) * vocab], vocab),
         })
         .collect();
     Ok(out)
+}
+
+/// Writes the kept rows' tables at the staging's end, queues their copies (the staging is pinned, so nothing waits)
+/// and `keep_rows`.
+fn queue_keep(
+    g: &Gpu,
+    keep: &KeepBuffers,
+    logits: DevPtr,
+    staging: &mut [f32],
+    kept: &[(usize, Keep)],
+    vocab: usize,
+) -> Result<(), EngineError> {
+    let k = kept.len();
+    let (mut history, mut hist_off) = (Vec::new(), vec![0u32]);
+    for (_, kp) in kept {
+        history.extend(kp.history.iter().copied().filter(|&id| (id as usize) < vocab));
+        hist_off.push(history.len() as u32);
+    }
+    if history.len() > keep.history_cap {
+        let fault = format!("{} penalized tokens exceed the {} a round holds", history.len(), keep.history_cap);
+        return Err(EngineError::Sizing(fault));
+    }
+    let len = 3 * k + hist_off.len() + history.len();
+    let at =
+        staging.len().checked_sub(len).ok_or_else(|| EngineError::Sizing("no staging for the keep tables".into()))?;
+    let (rows, rest) = staging[at..].split_at_mut(k);
+    let (params, rest) = rest.split_at_mut(2 * k);
+    let (offsets, ids) = rest.split_at_mut(hist_off.len());
+    for (i, (row, kp)) in kept.iter().enumerate() {
+        rows[i] = f32::from_bits(*row as u32);
+        (params[2 * i], params[2 * i + 1]) = (kp.temperature, kp.repetition_penalty);
+    }
+    offsets.iter_mut().zip(&hist_off).for_each(|(o, &v)| *o = f32::from_bits(v));
+    ids.iter_mut().zip(&history).for_each(|(h, &id)| *h = f32::from_bits(id));
+    // SAFETY: each table fits its device buffer (sized for a round's lanes and histories); the staging is pinned
+    // and is not written again before the round's sync.
+    unsafe {
+        g.upload_async(keep.rows, &*rows).map_err(device)?;
+        g.upload_async(keep.params, &*params).map_err(device)?;
+        g.upload_async(keep.hist_off, &*offsets).map_err(device)?;
+        if !ids.is_empty() {
+            g.upload_async(keep.history, &*ids).map_err(device)?;
+        }
+    }
+    let args = KeepRows {
+        logits,
+        rows: keep.rows,
+        params: keep.params,
+        hist_off: keep.hist_off,
+        history: keep.history,
+        scratch: keep.scratch,
+        counts: keep.counts,
+        out: keep.pairs,
+    };
+    g.keep_rows(&args, k, vocab).map_err(device)
 }

@@ -291,13 +291,13 @@ impl CudaLlama {
         let nsplit = sizing.context.div_ceil(ATTENTION_SPLIT).min(PARTIAL_BYTES / state_bytes).max(1);
         let partial = up.buffer(act, nsplit * state_bytes)?;
         let keep_sizes = KeepBuffers::sizes(sizing.max_lanes, sizing.context, c.vocab_size);
-        let mut keep_ptrs = [0; 6];
+        let mut keep_ptrs = [0; 7];
         for (p, &bytes) in keep_ptrs.iter_mut().zip(&keep_sizes) {
             *p = up.buffer(act, bytes)?;
         }
-        let [pairs, counts, keep_rows, keep_params, hist_off, history] = keep_ptrs;
+        let [pairs, counts, rows, params, hist_off, history, scratch] = keep_ptrs;
         let history_cap = sizing.max_lanes * sizing.context;
-        let keep = KeepBuffers { pairs, counts, rows: keep_rows, params: keep_params, hist_off, history, history_cap };
+        let keep = KeepBuffers { pairs, counts, rows, params, hist_off, history, scratch, history_cap };
         let zeros = vec![0u32; SPLIT_ROWS * c.num_kv_heads];
         let tickets = up.buffer(act, 4 * zeros.len())?;
         shared.upload(tickets, &zeros).map_err(gpu_err)?;

@@ -62,12 +62,12 @@ impl FrameDecoder {
             let first = |k: usize| frames.start.saturating_sub(later(k));
             rows.layers = (0..reaches.len()).map(|k| Layer { first: first(k), values: Vec::new() }).collect();
         }
-        for k in 0..reaches.len() {
+        for (k, &reach) in reaches.iter().enumerate() {
             let (have, end) = (rows.layers[k].end(), (frames.end + later(k)).min(num_frames));
             if have >= end {
                 continue;
             }
-            let want = (have as isize - reaches[k] as isize, (end + reaches[k]) as isize);
+            let want = (have as isize - reach as isize, (end + reach) as isize);
             let new = match k {
                 0 => self.input.forward(&with_context(dec_input, DEC_CHANNELS, (0, num_frames), want, num_frames)),
                 _ => {
