@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use tensorfold_lend::{claim, claim_drm, Claim, KeySource, Lent};
 
-use crate::cuda_setup::Device;
 use crate::settings::{setting, Key, Settings};
 
 /// Where lent memory is to come from, as the settings say.
@@ -19,8 +18,6 @@ pub enum Source {
 #[derive(Clone, Debug)]
 pub struct Request {
     pub source: Source,
-    /// KV in device memory would need lent device memory imported, which this build does not do.
-    pub on_gpu: bool,
 }
 
 /// The carveout the settings ask for, or `None` while `TF_CARVEOUT` is 0; the key file is not read here.
@@ -43,7 +40,7 @@ pub fn requested(settings: &Settings) -> Option<Request> {
             Source::Daemon(Claim::new(socket, key, ask_bytes))
         }
     };
-    Some(Request { source, on_gpu: settings.device() == Device::Cuda })
+    Some(Request { source })
 }
 
 /// Claims the memory `request` names; on a refusal, logs why in one line and gives `None`.
@@ -61,9 +58,6 @@ pub fn open(request: &Request) -> Option<Lent> {
 }
 
 fn claim_for(request: &Request) -> Result<Lent, String> {
-    if request.on_gpu {
-        return Err("KV on CUDA would need lent device memory imported, which this build does not do".into());
-    }
     match &request.source {
         Source::Daemon(c) => claim(c).map_err(|e| e.to_string()),
         Source::Drm { ask_bytes } => claim_drm(*ask_bytes).map_err(|e| e.to_string()),
@@ -144,7 +138,5 @@ mod tests {
         ];
         let lent = open(&requested(&resolve(&env).unwrap()).unwrap()).expect("the daemon lends");
         assert_eq!(lent.bytes(), 6 << 20);
-        let gpu = Request { on_gpu: true, ..requested(&resolve(&env).unwrap()).unwrap() };
-        assert!(claim_for(&gpu).err().unwrap().contains("does not do"));
     }
 }

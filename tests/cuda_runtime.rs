@@ -12,6 +12,7 @@ use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
 use tensorfold_engine::generate::PAGE_TOKENS;
 use tensorfold_engine::llama::cuda::Sizing;
 use tensorfold_engine::sampling::SamplingParams;
+use tensorfold_lend::Lent;
 
 use common::cuda::{checkpoint, gpu, load, tokens};
 use common::Rng;
@@ -83,6 +84,17 @@ async fn drafting_runtime(
     draft_tokens: usize,
     draft_seed: Option<u64>,
 ) -> Runtime {
+    lent_runtime(dev, cache_tokens, draft_tokens, draft_seed, (512, None)).await
+}
+
+/// As `drafting_runtime`, with `kv.0` pages of the process's own and the KV room `kv.1` lends.
+async fn lent_runtime(
+    dev: &CudaDevice,
+    cache_tokens: usize,
+    draft_tokens: usize,
+    draft_seed: Option<u64>,
+    kv: (usize, Option<Lent>),
+) -> Runtime {
     let dir = checkpoint("qwen2", 30);
     let sizing = Sizing { max_tokens: 64, max_lanes: 8, context: 512 };
     let spec =
@@ -95,12 +107,12 @@ async fn drafting_runtime(
     }
     let cfg = RuntimeConfig {
         page_tokens: PAGE_TOKENS,
-        kv_pages: Some(512),
+        kv_pages: Some(kv.0),
         memory_limit: None,
         schedule: Schedule { round_tokens: 64, parallel: 8, max_waiting: 64, drafting: Drafting::on_gpu(draft_tokens) },
         prefix_cache_tokens: cache_tokens,
     };
-    Runtime::start_on(dev.device.clone(), specs, cfg).await.unwrap()
+    Runtime::start_on_lent(dev.device.clone(), specs, cfg, kv.1).await.unwrap()
 }
 
 #[actix::test]
@@ -154,6 +166,35 @@ async fn test_the_runtime_on_cuda_gives_each_request_its_solo_tokens_among_other
         let together = h.await.unwrap();
         assert_eq!(together.len(), 24);
         assert_eq!(together, solo[i], "request {i} differs among others");
+    }
+}
+
+#[actix::test]
+async fn test_on_cuda_kv_partly_in_lent_device_memory_gives_each_request_its_plain_tokens() {
+    let Some(dev) = gpu() else { return };
+    let mut rng = Rng(31);
+    let prompts: Vec<Vec<u32>> = (0..12).map(|i| tokens(&mut rng, 5 + 17 * i)).collect();
+    let plain = cuda_runtime(&dev, 0).await;
+    let mut solo = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        solo.push(collect(&plain, request(p.clone(), i as u64)).await);
+    }
+    drop(plain);
+    // Another process would share this through `tensorfold lend --device cuda`; the driver takes it alike.
+    let lender = dev.gpu.vmm().create(2 << 20).unwrap();
+    let lent = Lent::from_descriptor(lender.share().unwrap(), 2 << 20, "test");
+    // 300 own pages of 8 KiB keys and 8 KiB values round down to 4 MiB; with the 2 MiB lent first, 384 pages whose
+    // keys below page 256 lie in lent memory, so every page these requests take has its keys there.
+    let runtime = Arc::new(lent_runtime(&dev, 0, 0, None, (300, Some(lent))).await);
+    assert_eq!(runtime.metrics().kv_pages().1, 384);
+    let handles: Vec<_> = (prompts.iter().enumerate())
+        .map(|(i, p)| {
+            let (rt, req) = (runtime.clone(), request(p.clone(), i as u64));
+            actix::spawn(async move { collect(&rt, req).await })
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        assert_eq!(h.await.unwrap(), solo[i], "request {i} with KV in lent memory, among others");
     }
 }
 

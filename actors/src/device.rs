@@ -2,8 +2,10 @@
 
 use std::alloc::Layout;
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 use actix::prelude::*;
+use tensorfold_lend::Lent;
 
 use crate::ledger::{DevicePtr, DriverError, DriverTable, Ledger, LedgerError, LedgerSnapshot, MemoryKind};
 
@@ -64,6 +66,14 @@ pub struct Allocate {
 pub struct Adopt {
     pub kind: MemoryKind,
     pub bytes: usize,
+}
+
+/// Maps lent device memory with `own_bytes` of the process's own in one range, through the ledger.
+#[derive(Message)]
+#[rtype(result = "Result<MappedLent, LedgerError>")]
+pub struct MapLent {
+    pub own_bytes: usize,
+    pub lent: Arc<Lent>,
 }
 
 /// Reads the ledger's counts.
@@ -228,6 +238,52 @@ impl Drop for Adoption {
     }
 }
 
+/// A range of lent and own device memory; dropping it unmaps it on the device thread, gives its bytes back to the
+/// ledger, and then the lent memory to its lender.
+pub struct MappedLent {
+    ptr: DevicePtr,
+    own_bytes: usize,
+    lent: Option<Arc<Lent>>,
+    holder: Option<Box<dyn Send + Sync>>,
+    owner: Recipient<Unmap>,
+}
+
+impl MappedLent {
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+}
+
+// Device memory has no host view.
+impl Deref for MappedLent {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        &[]
+    }
+}
+
+impl DerefMut for MappedLent {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        &mut []
+    }
+}
+
+impl Drop for MappedLent {
+    fn drop(&mut self) {
+        let (holder, lent) = (self.holder.take(), self.lent.take());
+        self.owner.do_send(Unmap { holder, own_bytes: self.own_bytes, lent });
+    }
+}
+
+/// Returns a `MappedLent`'s range; only its drop builds one.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Unmap {
+    holder: Option<Box<dyn Send + Sync>>,
+    own_bytes: usize,
+    lent: Option<Arc<Lent>>,
+}
+
 /// Starts the device actor on a thread of its own, so code outside the actor system can allocate through it.
 pub fn spawn_device(ledger: Ledger) -> std::io::Result<Addr<DeviceActor>> {
     let (tx, rx) = std::sync::mpsc::channel();
@@ -282,6 +338,29 @@ impl Handler<Adopt> for DeviceActor {
     fn handle(&mut self, msg: Adopt, ctx: &mut Context<Self>) -> Self::Result {
         self.ledger.adopt(msg.kind, msg.bytes)?;
         Ok(Adoption { kind: msg.kind, bytes: msg.bytes, owner: ctx.address().recipient() })
+    }
+}
+
+impl Handler<MapLent> for DeviceActor {
+    type Result = Result<MappedLent, LedgerError>;
+
+    fn handle(&mut self, msg: MapLent, ctx: &mut Context<Self>) -> Self::Result {
+        let mapping = self.ledger.map_lent(msg.own_bytes, msg.lent.memory(), msg.lent.bytes() as usize)?;
+        let owner = ctx.address().recipient();
+        let (holder, own_bytes) = (Some(mapping.holder), msg.own_bytes);
+        Ok(MappedLent { ptr: mapping.ptr, own_bytes, lent: Some(msg.lent), holder, owner })
+    }
+}
+
+impl Handler<Unmap> for DeviceActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Unmap, _ctx: &mut Context<Self>) {
+        drop(msg.holder);
+        self.ledger.release_adopted(MemoryKind::KvCache, msg.own_bytes);
+        if let Some(lent) = msg.lent {
+            self.ledger.release_adopted(MemoryKind::Lent, lent.bytes() as usize);
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use tensorfold_engine::boundary::{KvLayout, KvPool};
 use tensorfold_lend::kv::map_kv;
 use tensorfold_lend::Lent;
 
-use crate::device::{Adopt, Adoption, Allocate, DeviceActor, IsHostAddressable};
+use crate::device::{Adopt, Adoption, Allocate, DeviceActor, IsHostAddressable, MapLent};
 use crate::ledger::MemoryKind;
 use crate::runtime::StartError;
 
@@ -34,10 +34,10 @@ pub(crate) async fn kv_room(
                 Ok(room) => return Ok(room),
                 Err(why) => tracing::warn!("carveout not used, the KV pool keeps its ordinary room: {why}"),
             },
-            false => tracing::warn!(
-                "carveout not used, the KV pool keeps its ordinary room: KV in device memory cannot take lent host \
-                 memory, and this build does not import lent device memory"
-            ),
+            false => match device_room(device, layout, num_pages, lent).await? {
+                Ok(room) => return Ok(room),
+                Err(why) => tracing::warn!("carveout not used, the KV pool keeps its ordinary room: {why}"),
+            },
         }
     }
     let bytes = layout.buffer_bytes(num_pages);
@@ -82,4 +82,38 @@ async fn lent_room(
         "carveout: KV pages in lent memory"
     );
     Ok(Ok(Room { pool, num_pages: total, num_lent_pages, held }))
+}
+
+/// Device KV over own and lent device memory in one range: the lent memory, then own memory of the ordinary pool's
+/// size rounded down to whole slices, holding the keys of every page and then their values. Pages may straddle
+/// the two, since the range is one to the kernels; the inner error is why the lent memory could not be used.
+async fn device_room(
+    device: &Addr<DeviceActor>,
+    layout: KvLayout,
+    num_pages: usize,
+    lent: Lent,
+) -> Result<Result<Room, String>, StartError> {
+    let slice = tensorfold_lend::SLICE_BYTES as usize;
+    let (plane, lent_bytes) = (layout.buffer_bytes(1), lent.bytes() as usize);
+    let own_bytes = 2 * layout.buffer_bytes(num_pages) / slice * slice;
+    let total = (own_bytes + lent_bytes) / (2 * plane);
+    if total <= num_pages {
+        return Ok(Err(format!("{lent_bytes} lent bytes add no whole page of {} bytes", 2 * plane)));
+    }
+    let mapped = match device.send(MapLent { own_bytes, lent: Arc::new(lent) }).await {
+        Ok(Ok(mapped)) => mapped,
+        Ok(Err(e)) => return Ok(Err(e.to_string())),
+        Err(_) => return Err(StartError::DeviceGone),
+    };
+    let base = mapped.ptr().0;
+    let ptrs = [base, base + (total * plane) as u64];
+    let pool = KvPool::on_device(layout, total, Box::new(mapped), Box::new(Vec::new()), ptrs);
+    let num_lent_pages = total - num_pages;
+    tracing::info!(
+        lent_bytes,
+        lent_pages = num_lent_pages,
+        kv_tokens_gained = num_lent_pages * layout.page_tokens,
+        "carveout: KV pages in lent device memory"
+    );
+    Ok(Ok(Room { pool, num_pages: total, num_lent_pages, held: Vec::new() }))
 }

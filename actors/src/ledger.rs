@@ -1,6 +1,7 @@
 //! The capped ledger: every byte the runtime holds is reserved under one cap before the driver sees it.
 
 use std::ops::Index;
+use std::os::fd::BorrowedFd;
 
 use thiserror::Error;
 
@@ -26,6 +27,18 @@ pub trait DriverTable: Send {
         let _ = kind;
         false
     }
+    /// Maps `lent_bytes` of device memory another process shared as `lent`, then `own_bytes` of new device memory,
+    /// back to back in one range: its start, and what holds the mapping until dropped. Host drivers refuse.
+    fn map_lent(&mut self, own_bytes: usize, lent: BorrowedFd, lent_bytes: usize) -> Result<Mapping, DriverError> {
+        let _ = (own_bytes, lent, lent_bytes);
+        Err(DriverError::Failed { reason: "this driver cannot map lent device memory".into() })
+    }
+}
+
+/// A range `map_lent` mapped: its start, and what unmaps it when dropped.
+pub struct Mapping {
+    pub ptr: DevicePtr,
+    pub holder: Box<dyn Send + Sync>,
 }
 
 /// Why the ledger did not hand out memory.
@@ -147,6 +160,28 @@ impl Ledger {
         Ok(())
     }
 
+    /// Reserves `own_bytes` under the cap and counts `lent_bytes` as lent, then maps both through the driver; a
+    /// refused reservation never reaches it, and a failed call gives both back.
+    pub fn map_lent(&mut self, own_bytes: usize, lent: BorrowedFd, lent_bytes: usize) -> Result<Mapping, LedgerError> {
+        self.reserve(MemoryKind::KvCache, own_bytes)?;
+        if let Err(e) = self.reserve(MemoryKind::Lent, lent_bytes) {
+            self.unreserve(MemoryKind::KvCache, own_bytes);
+            return Err(e);
+        }
+        match self.driver.map_lent(own_bytes, lent, lent_bytes) {
+            Ok(mapping) => {
+                self.record_peak(MemoryKind::KvCache);
+                self.record_peak(MemoryKind::Lent);
+                Ok(mapping)
+            }
+            Err(source) => {
+                self.unreserve(MemoryKind::KvCache, own_bytes);
+                self.unreserve(MemoryKind::Lent, lent_bytes);
+                Err(LedgerError::Driver { kind: MemoryKind::Lent, requested: lent_bytes, source })
+            }
+        }
+    }
+
     /// Gives back bytes taken by `adopt`; their owner frees the memory itself.
     pub fn release_adopted(&mut self, kind: MemoryKind, bytes: usize) {
         self.unreserve(kind, bytes);
@@ -245,6 +280,39 @@ pub(crate) mod tests {
             self.0.free_calls.fetch_add(1, Ordering::SeqCst);
             self.0.live_bytes.fetch_sub(bytes, Ordering::SeqCst);
         }
+
+        fn map_lent(&mut self, own: usize, _lent: BorrowedFd, lent_bytes: usize) -> Result<Mapping, DriverError> {
+            let ptr = self.alloc(MemoryKind::KvCache, own + lent_bytes)?;
+            Ok(Mapping { ptr, holder: Box::new(()) })
+        }
+    }
+
+    #[test]
+    fn test_mapping_lent_memory_counts_own_bytes_under_the_cap_and_lent_bytes_beside_it() {
+        let (driver, state) = FakeDriver::boxed();
+        let mut ledger = Ledger::new(Some(100), driver);
+        let fd = std::fs::File::open("/dev/null").unwrap();
+        let fd = std::os::fd::AsFd::as_fd(&fd);
+        ledger.map_lent(60, fd, 1000).unwrap();
+        let snap = ledger.snapshot();
+        assert_eq!(
+            (snap.used.get(MemoryKind::KvCache), snap.used.get(MemoryKind::Lent), snap.total_used),
+            (60, 1000, 60)
+        );
+        // Over the cap: refused before the driver, and nothing lingers.
+        assert!(matches!(ledger.map_lent(50, fd, 10), Err(LedgerError::Refused { .. })));
+        assert_eq!(state.alloc_calls.load(Ordering::SeqCst), 1);
+        // A failed driver call gives both kinds back.
+        state.fail.store(true, Ordering::SeqCst);
+        assert!(matches!(ledger.map_lent(20, fd, 10), Err(LedgerError::Driver { .. })));
+        let snap = ledger.snapshot();
+        assert_eq!(
+            (snap.used.get(MemoryKind::KvCache), snap.used.get(MemoryKind::Lent), snap.total_used),
+            (60, 1000, 60)
+        );
+        ledger.release_adopted(MemoryKind::KvCache, 60);
+        ledger.release_adopted(MemoryKind::Lent, 1000);
+        assert_eq!(ledger.snapshot().total_used, 0);
     }
 
     #[test]

@@ -14,12 +14,14 @@ mod conv;
 mod gemm;
 mod pack;
 mod sampling;
+mod vmm;
 pub use crate::cuda_pack::{gate_up_order, gemm_segments, pack_weight, packed_index, packed_rows, GemmTuning, Graph};
 pub use attention::{attention_group_rows, AttentionArgs, QkvArgs, ATTENTION_SPLIT, HEAD_DIMS};
 pub use conv::{ConvLaunch, Windows};
 pub use gemm::NormIn;
 pub use pack::{packed_vector, Event, PackPlace};
 pub use sampling::{KeepRows, KEEP_SCRATCH};
+pub use vmm::{Mapped, Physical, Vmm};
 
 /// A device address.
 pub type DevPtr = u64;
@@ -56,6 +58,13 @@ pub enum GpuError {
     Compile(String),
     #[error("recording a CUDA graph failed: {0}")]
     Graph(String),
+}
+
+impl GpuError {
+    /// Whether the driver refused for want of memory.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, GpuError::Driver(e) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+    }
 }
 
 struct Functions {
