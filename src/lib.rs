@@ -4,6 +4,7 @@
 pub mod carveout;
 pub mod cli;
 pub mod cuda_setup;
+pub mod lend_pool;
 pub mod server;
 pub mod settings;
 pub mod wiring;

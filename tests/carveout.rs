@@ -1,6 +1,6 @@
 //! Both ends as a user runs them: `tensorfold lend` in one process, `tensorfold serve` with the carveout in
 //! another; the server's KV pool grows by the lent pages, it answers, and the daemon's pool is whole again after
-//! the server is killed.
+//! the server is killed; and `tensorfold lend --device cuda` refused on a machine without a CUDA driver.
 
 mod common;
 
@@ -80,7 +80,7 @@ fn test_a_server_claims_kv_room_from_tensorfold_lend_and_the_pool_is_whole_after
     let socket = dir.path().join("lend.sock");
     let lender = Lender::start(&socket);
     lender.wait_for(&["lending", "4 slices"]).expect("the daemon says what it lends");
-    // This test binary runs this one test, so the environment the server inherits is its own.
+    // The server inherits these; the other test here gives its child every carveout variable it reads.
     for (name, value) in [("TF_CARVEOUT", "1"), ("TF_CARVEOUT_MIB", "3"), ("TF_CARVEOUT_KEY", "sesame")] {
         std::env::set_var(name, value);
     }
@@ -99,4 +99,28 @@ fn test_a_server_claims_kv_room_from_tensorfold_lend_and_the_pool_is_whole_after
     drop(server);
     let back = lender.wait_for(&["took back", "free_slices=4"]);
     assert!(back.is_ok(), "the daemon did not take its slices back: {:?}", back.err());
+}
+
+#[test]
+fn test_lend_on_a_gpu_without_a_driver_exits_naming_the_flag() {
+    // SAFETY: this only tries to open the driver library.
+    if unsafe { tensorfold_kernels::cuda::cudarc::driver::sys::is_culib_present() } {
+        eprintln!("skipped: a CUDA driver is present, and the daemon would start");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("lend.sock");
+    let out = Command::new(binary())
+        .args(["lend", "--device", "cuda", "--pool-mib", "8"])
+        .env("TF_CARVEOUT_SOCKET", &socket)
+        .env("TF_CARVEOUT_KEY", "sesame")
+        .env_remove("TF_CARVEOUT_KEY_FILE")
+        .env("TF_LOG", "info")
+        .output()
+        .expect("running tensorfold lend");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the daemon started without a driver: {stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("error: --device cuda") && last.contains("no CUDA driver"), "{stderr}");
+    assert!(!socket.exists(), "a socket was made before the pool was refused");
 }

@@ -3,7 +3,8 @@
 # stripped into .device/, which git ignores; pass `.device` as the device tool's carry path.
 #
 # Usage: bash tools/device_build.sh
-# Then on the GPU machine: bash tools/gpu_check.sh; bash tools/bench_gpu.sh; bash tools/gpu_exactness.sh
+# Then on the GPU machine: bash tools/gpu_check.sh; bash tools/bench_gpu.sh; bash tools/gpu_exactness.sh;
+# bash tools/gpu_carveout.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +17,7 @@ test_binary() {
         python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["kind"] == ["test"] and m.get("executable"):
+    if m.get("reason") == "compiler-artifact" and m["profile"]["test"] and m.get("executable"):
         print(m["executable"])'
 }
 strip -o .device/tensorfold target/release/tensorfold
@@ -30,4 +31,8 @@ done
 gemm_tests=$(test_binary -p tensorfold-kernels --test gpu_gemm)
 [[ -n "$gemm_tests" ]] || { echo "the test binary gpu_gemm was not built" >&2; exit 1; }
 strip -o .device/gemm-tests "$gemm_tests"
+# The main crate's unit tests, for the device pool's (tools/gpu_carveout.sh runs those whose names contain lend_pool).
+lib_tests=$(test_binary -p tensorfold --lib)
+[[ -n "$lib_tests" ]] || { echo "the main crate's unit tests were not built" >&2; exit 1; }
+strip -o .device/lib-tests "$lib_tests"
 ls -l .device

@@ -34,7 +34,7 @@ enum Command {
     Speak(speak::SpeakArgs),
     /// Print every setting (flags and environment variables) with its type, default and the value in force.
     Settings(SettingsArgs),
-    /// Lend host memory to servers' KV pools over TF_CARVEOUT_SOCKET, to clients presenting the key (see docs/carveout.md).
+    /// Lend host or GPU memory (--device) to servers' KV pools, to clients presenting the key (see docs/carveout.md).
     Lend(lend::LendArgs),
 }
 

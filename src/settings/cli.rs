@@ -22,6 +22,7 @@ fn in_scope(s: &Setting, scopes: u8) -> bool {
         Scope::Serve => scopes & SERVE != 0,
         Scope::Speech => scopes & SPEECH != 0,
         Scope::Lend => scopes & LEND != 0,
+        Scope::ModelAndLend => scopes & (MODEL | LEND) != 0,
         Scope::Env => false,
     }
 }

@@ -106,6 +106,8 @@ pub enum Scope {
     Speech,
     /// `lend` only.
     Lend,
+    /// Every command that loads a text model, and `lend` (where the lent memory lives).
+    ModelAndLend,
     /// The environment only; no flag.
     Env,
 }

@@ -24,8 +24,9 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         default: Some("cpu"),
-        help: "where the model runs: cpu, or cuda (the first NVIDIA GPU, bf16 weights)",
-        ..row(Key::Device, Some("device"), None, Kind::Choice(&["cpu", "cuda"]), Scope::Model)
+        help:
+            "where the model runs: cpu, or cuda (the first NVIDIA GPU, bf16 weights); for lend, whose memory it lends",
+        ..row(Key::Device, Some("device"), None, Kind::Choice(&["cpu", "cuda"]), Scope::ModelAndLend)
     },
     Setting {
         default: Some("127.0.0.1"),
@@ -219,7 +220,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         default: Some("1024"),
-        help: "MiB of host memory tensorfold lend lends, in whole 2 MiB slices",
+        help: "MiB tensorfold lend lends (host memory, or the GPU's with --device cuda), in whole 2 MiB slices",
         ..row(Key::LendPoolMib, Some("pool-mib"), None, count(2, 1 << 24), Scope::Lend)
     },
 ];
