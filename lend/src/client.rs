@@ -10,7 +10,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{
     connect, recvmsg, send, socket, AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr,
 };
-use nix::unistd::{lseek, Whence};
+use nix::sys::stat::{fstat, SFlag};
 
 use crate::key::{KeyError, KeySource};
 use crate::wire::{ClaimMsg, Reason, ReplyMsg, REPLY_LEN};
@@ -129,13 +129,19 @@ pub fn claim(claim: &Claim) -> Result<Lent, Refusal> {
     if reply.size < ask {
         return Err(Refusal::ShortGrant { asked: ask, granted: reply.size });
     }
-    // A descriptor that cannot seek (some dma-bufs) is taken at the reply's word.
-    if let Ok(length) = lseek(memory.as_fd(), 0, Whence::SeekEnd) {
-        if (length as u64) < reply.size {
-            return Err(Refusal::ShortDescriptor { granted: reply.size, length: length as u64 });
+    // A file (a memfd) is held to its own length; device memory and dma-bufs are taken at the reply's word.
+    if let Some(length) = file_length(memory.as_fd()) {
+        if length < reply.size {
+            return Err(Refusal::ShortDescriptor { granted: reply.size, length });
         }
     }
     Ok(Lent { memory, bytes: reply.size, source: "daemon", _connection: Some(sock) })
+}
+
+/// The length of a descriptor that is a regular file, which memfds are; `None` for anything else.
+fn file_length(fd: BorrowedFd) -> Option<u64> {
+    let stat = fstat(fd).ok()?;
+    (SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG).then_some(stat.st_size as u64)
 }
 
 /// The `drm` source: a DRM dumb buffer exported as a dma-buf. This build refuses it, naming what it found.
