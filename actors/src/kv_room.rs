@@ -113,7 +113,8 @@ async fn device_room(
         lent_bytes,
         lent_pages = num_lent_pages,
         kv_tokens_gained = num_lent_pages * layout.page_tokens,
-        "carveout: KV pages in lent device memory"
+        on = "device",
+        "carveout: KV pages in lent memory"
     );
     Ok(Ok(Room { pool, num_pages: total, num_lent_pages, held: Vec::new() }))
 }
