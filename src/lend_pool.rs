@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tensorfold_kernels::cuda::cudarc::driver::{result, CudaContext};
 use tensorfold_kernels::cuda::{GpuError, Mapped, Vmm};
-use tensorfold_lend::pool::{Loan, Pool, PoolError};
+use tensorfold_lend::pool::{Loan, Pool, PoolError, Slices};
 use tensorfold_lend::SLICE_BYTES;
 
 /// Why the device pool could not open.
@@ -26,8 +26,7 @@ pub struct DevicePool {
     vmm: Vmm,
     ctx: Arc<CudaContext>,
     ordinal: usize,
-    num_slices: usize,
-    num_lent: usize,
+    slices: Slices,
     /// Each loan's memory, mapped here only to clear it, by the number of the descriptor its loan holds.
     held: HashMap<RawFd, Mapped>,
 }
@@ -42,7 +41,7 @@ impl DevicePool {
         }
         // The driver is present (Vmm::open checked), so this is the same primary context.
         let ctx = CudaContext::new(ordinal).map_err(GpuError::from)?;
-        Ok(DevicePool { vmm, ctx, ordinal, num_slices, num_lent: 0, held: HashMap::new() })
+        Ok(DevicePool { vmm, ctx, ordinal, slices: Slices::new(num_slices), held: HashMap::new() })
     }
 
     /// Fresh memory of `bytes`, cleared, and the descriptor that shares it.
@@ -61,34 +60,29 @@ impl DevicePool {
 
 impl Pool for DevicePool {
     fn describe(&self) -> String {
-        format!("GPU {} memory (cuMemCreate), {} slices of {} MiB", self.ordinal, self.num_slices, SLICE_BYTES >> 20)
+        format!("GPU {} memory (cuMemCreate), {} slices of {} MiB", self.ordinal, self.slices.total, SLICE_BYTES >> 20)
     }
 
-    fn num_slices(&self) -> usize {
-        self.num_slices
-    }
-
-    fn num_free(&self) -> usize {
-        self.num_slices - self.num_lent
+    fn slices(&self) -> Slices {
+        self.slices
     }
 
     fn lend(&mut self, num_slices: usize) -> Result<Loan, PoolError> {
-        if num_slices == 0 || num_slices > self.num_free() {
-            return Err(PoolError::NoRoom { asked: num_slices, free: self.num_free() });
-        }
+        let mut slices = self.slices;
+        slices.lend(num_slices)?;
         let bytes = usize::try_from(num_slices as u64 * SLICE_BYTES)
             .map_err(|_| PoolError::Backing(format!("{num_slices} slices do not fit in an address")))?;
         // A GPU short of memory refuses here, in cuMemCreate, and the daemon answers with a refusal.
         let (mapped, memory) = self.make(bytes).map_err(|e| PoolError::Backing(e.to_string()))?;
         self.held.insert(memory.as_raw_fd(), mapped);
-        self.num_lent += num_slices;
+        self.slices = slices;
         Ok(Loan { memory, num_slices })
     }
 
     fn take_back(&mut self, loan: Loan) {
         // Dropping the mapping releases this process's hold; the memory goes once the client lets go too.
         self.held.remove(&loan.memory.as_raw_fd());
-        self.num_lent -= loan.num_slices.min(self.num_lent);
+        self.slices.take_back(loan.num_slices);
     }
 }
 

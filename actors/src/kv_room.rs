@@ -75,12 +75,7 @@ async fn lent_room(
     let num_lent_pages = buffers.layout.num_pages;
     let total = num_pages + num_lent_pages;
     let pool = KvPool::with_storage(layout, total, Box::new(buffers.keys), Box::new(buffers.values));
-    tracing::info!(
-        lent_bytes,
-        lent_pages = num_lent_pages,
-        kv_tokens_gained = num_lent_pages * layout.page_tokens,
-        "carveout: KV pages in lent memory"
-    );
+    log_lent(lent_bytes, num_lent_pages, layout, "host");
     Ok(Ok(Room { pool, num_pages: total, num_lent_pages, held }))
 }
 
@@ -109,12 +104,12 @@ async fn device_room(
     let ptrs = [base, base + (total * plane) as u64];
     let pool = KvPool::on_device(layout, total, Box::new(mapped), Box::new(Vec::new()), ptrs);
     let num_lent_pages = total - num_pages;
-    tracing::info!(
-        lent_bytes,
-        lent_pages = num_lent_pages,
-        kv_tokens_gained = num_lent_pages * layout.page_tokens,
-        on = "device",
-        "carveout: KV pages in lent memory"
-    );
+    log_lent(lent_bytes, num_lent_pages, layout, "device");
     Ok(Ok(Room { pool, num_pages: total, num_lent_pages, held: Vec::new() }))
+}
+
+/// The start-up line of a pool that lent memory grew: the lent bytes, the pages they added and their tokens.
+fn log_lent(lent_bytes: usize, lent_pages: usize, layout: KvLayout, on: &str) {
+    let kv_tokens_gained = lent_pages * layout.page_tokens;
+    tracing::info!(lent_bytes, lent_pages, kv_tokens_gained, on, "carveout: KV pages in lent memory");
 }

@@ -36,55 +36,85 @@ impl Loan {
 pub trait Pool: Send {
     /// What the pool lends, for the daemon's log.
     fn describe(&self) -> String;
-    fn num_slices(&self) -> usize;
-    fn num_free(&self) -> usize;
+    /// Its slices, and how many are out on loan.
+    fn slices(&self) -> Slices;
+    fn num_slices(&self) -> usize {
+        self.slices().total
+    }
+    fn num_free(&self) -> usize {
+        self.slices().free()
+    }
     /// Lends `num_slices` whole slices as one descriptor, or refuses with the room it has.
     fn lend(&mut self, num_slices: usize) -> Result<Loan, PoolError>;
     /// Takes a loan back once its client's connection has closed.
     fn take_back(&mut self, loan: Loan);
 }
 
+/// A pool's slices and how many of them are out on loan.
+#[derive(Clone, Copy, Debug)]
+pub struct Slices {
+    pub total: usize,
+    pub lent: usize,
+}
+
+impl Slices {
+    pub fn new(total: usize) -> Slices {
+        Slices { total, lent: 0 }
+    }
+
+    pub fn free(&self) -> usize {
+        self.total - self.lent
+    }
+
+    /// Counts `asked` slices out, or refuses an ask of none or of more than are free.
+    pub fn lend(&mut self, asked: usize) -> Result<(), PoolError> {
+        if asked == 0 || asked > self.free() {
+            return Err(PoolError::NoRoom { asked, free: self.free() });
+        }
+        self.lent += asked;
+        Ok(())
+    }
+
+    pub fn take_back(&mut self, num: usize) {
+        self.lent -= num.min(self.lent);
+    }
+}
+
 /// Host memory: each loan is a fresh memfd of its slices, committed before it is lent, so no client sees another's
 /// bytes and a grant is memory that exists.
 pub struct MemfdPool {
-    num_slices: usize,
-    num_lent: usize,
+    slices: Slices,
 }
 
 impl MemfdPool {
     pub fn new(num_slices: usize) -> MemfdPool {
-        MemfdPool { num_slices, num_lent: 0 }
+        MemfdPool { slices: Slices::new(num_slices) }
     }
 }
 
 impl Pool for MemfdPool {
     fn describe(&self) -> String {
-        format!("host memory (memfd), {} slices of {} MiB", self.num_slices, SLICE_BYTES >> 20)
+        format!("host memory (memfd), {} slices of {} MiB", self.slices.total, SLICE_BYTES >> 20)
     }
 
-    fn num_slices(&self) -> usize {
-        self.num_slices
-    }
-
-    fn num_free(&self) -> usize {
-        self.num_slices - self.num_lent
+    fn slices(&self) -> Slices {
+        self.slices
     }
 
     fn lend(&mut self, num_slices: usize) -> Result<Loan, PoolError> {
-        if num_slices == 0 || num_slices > self.num_free() {
-            return Err(PoolError::NoRoom { asked: num_slices, free: self.num_free() });
-        }
+        let mut slices = self.slices;
+        slices.lend(num_slices)?;
         let bytes = (num_slices as u64 * SLICE_BYTES) as i64;
         let fail = |call: &str, e: nix::Error| PoolError::Backing(format!("{call}: {e}"));
         let memory = memfd(bytes as u64).map_err(|e| fail("memfd", e))?;
         // Committing now turns a machine short of memory into a refusal instead of a fault in the client.
         fallocate(&memory, FallocateFlags::empty(), 0, bytes).map_err(|e| fail("fallocate", e))?;
-        self.num_lent += num_slices;
+        self.slices = slices;
         Ok(Loan { memory, num_slices })
     }
 
     fn take_back(&mut self, loan: Loan) {
-        self.num_lent -= loan.num_slices.min(self.num_lent);
+        self.slices.take_back(loan.num_slices);
     }
 }
 
