@@ -120,7 +120,7 @@ async fn test_the_page_pool_gains_exactly_the_lent_slices_whole_pages() {
     let gained = LentLayout::of(2 * SLICE_BYTES, plane, host_page()).num_pages;
     assert_eq!(gained, 2 * lent_pages_of_one_slice());
     assert_eq!(rt.metrics().kv_pages().1, (5 + gained) as u64);
-    let text = rt.metrics_text().await;
+    let text = rt.metrics_text("text").await;
     assert!(text.contains(&format!("tensorfold_ledger_bytes{{kind=\"lent\"}} {}", 2 * SLICE_BYTES)), "{text}");
     assert!(text.contains(&format!("tensorfold_ledger_bytes{{kind=\"kv_cache\"}} {}", 2 * 5 * plane)), "{text}");
     assert!(text.contains(&format!("tensorfold_ledger_total_bytes {}", 2 * 5 * plane)), "{text}");
@@ -132,7 +132,7 @@ async fn test_lent_memory_too_small_for_a_page_leaves_the_ordinary_room() {
     collect(rt.submit(on(TEXT, work(1))).await.unwrap()).await;
     settle(&rt).await;
     assert_eq!(rt.metrics().kv_pages().1, 5);
-    assert!(rt.metrics_text().await.contains("tensorfold_ledger_bytes{kind=\"lent\"} 0"));
+    assert!(rt.metrics_text("text").await.contains("tensorfold_ledger_bytes{kind=\"lent\"} 0"));
 }
 
 #[actix::test]

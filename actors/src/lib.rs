@@ -9,6 +9,7 @@ pub mod kv;
 mod kv_room;
 pub mod ledger;
 pub mod metrics;
+mod metrics_vllm;
 pub mod prefix;
 pub mod request;
 pub mod request_types;

@@ -4,6 +4,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::ledger::{LedgerSnapshot, MemoryKind};
+use crate::metrics_vllm::VllmHistograms;
 
 /// Upper bounds in seconds, from a fast decode step to a very long first token.
 pub const LATENCY_BUCKETS: [f64; 16] =
@@ -13,24 +14,31 @@ const NANOS_PER_SECOND: f64 = 1e9;
 
 /// A histogram with fixed buckets; each slot counts only its own range, made cumulative when rendered.
 pub struct Histogram {
+    /// Upper bounds in seconds, rising.
+    bounds: &'static [f64],
     /// One slot per bound, and a last one for values above every bound.
-    slots: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    slots: Box<[AtomicU64]>,
     sum_nanos: AtomicU64,
 }
 
 impl Default for Histogram {
     fn default() -> Histogram {
-        Histogram { slots: std::array::from_fn(|_| AtomicU64::new(0)), sum_nanos: AtomicU64::new(0) }
+        Histogram::new(&LATENCY_BUCKETS)
     }
 }
 
 impl Histogram {
+    pub fn new(bounds: &'static [f64]) -> Histogram {
+        let slots = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
+        Histogram { bounds, slots, sum_nanos: AtomicU64::new(0) }
+    }
+
     /// Records one value; negative or non-finite values are dropped, since no latency can be one.
     pub fn observe(&self, secs: f64) {
         if !secs.is_finite() || secs < 0.0 {
             return;
         }
-        let slot = LATENCY_BUCKETS.iter().position(|&le| secs <= le).unwrap_or(LATENCY_BUCKETS.len());
+        let slot = self.bounds.iter().position(|&le| secs <= le).unwrap_or(self.bounds.len());
         self.slots[slot].fetch_add(1, Ordering::Relaxed);
         // The float-to-int cast saturates, so an absurd value cannot wrap the sum by itself.
         self.sum_nanos.fetch_add((secs * NANOS_PER_SECOND) as u64, Ordering::Relaxed);
@@ -45,25 +53,31 @@ impl Histogram {
     }
 
     /// Cumulative counts per bound, the last one for +Inf.
-    pub fn cumulative(&self) -> [u64; LATENCY_BUCKETS.len() + 1] {
+    pub fn cumulative(&self) -> Vec<u64> {
         let mut running = 0;
-        std::array::from_fn(|i| {
-            running += self.slots[i].load(Ordering::Relaxed);
-            running
-        })
+        self.slots
+            .iter()
+            .map(|slot| {
+                running += slot.load(Ordering::Relaxed);
+                running
+            })
+            .collect()
     }
 
-    fn render_into(&self, out: &mut String, name: &str, help: &str) {
+    /// Renders the histogram; `labels` (`a="x",b="y"` or empty) go on every sample, `le` writes a bound.
+    pub(crate) fn render_into(&self, out: &mut String, name: &str, help: &str, labels: &str, le: fn(f64) -> String) {
         header(out, name, help, "histogram");
+        let sep = if labels.is_empty() { "" } else { "," };
+        let braced = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
         // Buckets and count come from one read of the slots, so +Inf equals _count even under writes.
         let cumulative = self.cumulative();
-        for (le, count) in LATENCY_BUCKETS.iter().zip(cumulative) {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {count}");
+        for (&bound, count) in self.bounds.iter().zip(&cumulative) {
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{}\"}} {count}", le(bound));
         }
-        let total = cumulative[LATENCY_BUCKETS.len()];
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {total}");
-        let _ = writeln!(out, "{name}_sum {}", self.sum_seconds());
-        let _ = writeln!(out, "{name}_count {total}");
+        let total = cumulative[self.bounds.len()];
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {total}");
+        let _ = writeln!(out, "{name}_sum{braced} {}", self.sum_seconds());
+        let _ = writeln!(out, "{name}_count{braced} {total}");
     }
 }
 
@@ -85,6 +99,8 @@ pub struct Metrics {
     draft_accepted_tokens_total: AtomicU64,
     time_to_first_token: Histogram,
     inter_token_latency: Histogram,
+    /// The same latencies in vLLM's buckets, for the names routers read.
+    vllm: VllmHistograms,
 }
 
 impl Metrics {
@@ -145,10 +161,12 @@ impl Metrics {
 
     pub fn observe_ttft(&self, secs: f64) {
         self.time_to_first_token.observe(secs);
+        self.vllm.time_to_first_token.observe(secs);
     }
 
     pub fn observe_itl(&self, secs: f64) {
         self.inter_token_latency.observe(secs);
+        self.vllm.inter_token_latency.observe(secs);
     }
 
     pub fn requests_total(&self) -> u64 {
@@ -194,6 +212,10 @@ impl Metrics {
         &self.inter_token_latency
     }
 
+    pub(crate) fn vllm_histograms(&self) -> &VllmHistograms {
+        &self.vllm
+    }
+
     /// Every metric, with the ledger's counts, in Prometheus text format.
     pub fn render(&self, ledger: &LedgerSnapshot) -> String {
         let mut out = String::with_capacity(4096);
@@ -233,11 +255,15 @@ impl Metrics {
             &mut out,
             "tensorfold_time_to_first_token_seconds",
             "Seconds from accepting a request to its first token.",
+            "",
+            prometheus_float,
         );
         self.inter_token_latency.render_into(
             &mut out,
             "tensorfold_inter_token_latency_seconds",
             "Seconds between consecutive tokens of one request.",
+            "",
+            prometheus_float,
         );
         render_ledger(&mut out, ledger);
         out
@@ -272,21 +298,29 @@ fn render_ledger(out: &mut String, ledger: &LedgerSnapshot) {
     let _ = writeln!(out, "tensorfold_ledger_refusals_total {}", ledger.refusals);
 }
 
-fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+/// A bound as Rust writes it (`1`, `0.5`).
+fn prometheus_float(v: f64) -> String {
+    v.to_string()
+}
+
+pub(crate) fn header(out: &mut String, name: &str, help: &str, kind: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
     use crate::ledger::tests::FakeDriver;
     use crate::ledger::Ledger;
 
+    /// A sample's name, labels and value.
+    pub(crate) type Sample = (String, BTreeMap<String, String>, f64);
+
     /// One sample line split into its name, its labels and its value.
-    fn parse_sample(line: &str) -> Option<(String, BTreeMap<String, String>, f64)> {
+    fn parse_sample(line: &str) -> Option<Sample> {
         let (series, value) = line.rsplit_once(' ')?;
         let value = match value {
             "+Inf" => f64::INFINITY,
@@ -309,7 +343,7 @@ mod tests {
         (!name.is_empty() && name.chars().all(valid)).then(|| (name.to_string(), labels, value))
     }
 
-    fn parse(text: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {
+    pub(crate) fn parse(text: &str) -> Vec<Sample> {
         let mut samples = Vec::new();
         let mut typed = Vec::new();
         for line in text.lines() {
@@ -319,14 +353,14 @@ mod tests {
                 let sample = parse_sample(line).unwrap_or_else(|| panic!("not a sample line: {line:?}"));
                 let family = typed.last().expect("a TYPE before each sample");
                 assert!(sample.0.starts_with(family.as_str()), "{} outside its family {family}", sample.0);
-                assert!(sample.0.starts_with("tensorfold_"));
+                assert!(sample.0.starts_with("tensorfold_") || sample.0.starts_with("vllm:"));
                 samples.push(sample);
             }
         }
         samples
     }
 
-    fn value(samples: &[(String, BTreeMap<String, String>, f64)], name: &str, label: Option<(&str, &str)>) -> f64 {
+    pub(crate) fn value(samples: &[Sample], name: &str, label: Option<(&str, &str)>) -> f64 {
         samples
             .iter()
             .find(|(n, labels, _)| {
@@ -336,7 +370,7 @@ mod tests {
             .2
     }
 
-    fn check_histogram(samples: &[(String, BTreeMap<String, String>, f64)], name: &str, expected_count: u64) {
+    fn check_histogram(samples: &[Sample], name: &str, expected_count: u64) {
         let buckets: Vec<(f64, f64)> = samples
             .iter()
             .filter(|(n, _, _)| *n == format!("{name}_bucket"))

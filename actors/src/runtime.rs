@@ -333,10 +333,10 @@ impl Runtime {
         self.coordinator.connected() && self.device.connected()
     }
 
-    /// Every metric in Prometheus text format.
-    pub async fn metrics_text(&self) -> String {
+    /// Every metric in Prometheus text format: ours, then vLLM's names labelled with `model_name`.
+    pub async fn metrics_text(&self, model_name: &str) -> String {
         match self.device.send(Snapshot).await {
-            Ok(ledger) => self.metrics.render(&ledger),
+            Ok(ledger) => self.metrics.render(&ledger) + &self.metrics.render_vllm(model_name),
             Err(_) => String::new(),
         }
     }

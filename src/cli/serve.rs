@@ -11,7 +11,7 @@ use tensorfold_engine::speech::speakers::{Speaker, Speakers};
 
 use crate::carveout;
 use crate::cuda_setup::Device;
-use crate::server::ServeConfig;
+use crate::server::{ServeConfig, Starting};
 use crate::settings::cli::{MODEL, SERVE, SPEECH};
 use crate::settings::{Key, Settings, TableArgs};
 use crate::wiring::{
@@ -34,6 +34,14 @@ pub fn serve(settings: &Settings) -> Result<()> {
         max_lanes: parallel,
         context: settings.size(Key::Context).unwrap_or(4096),
     };
+    let serve = ServeConfig {
+        host: settings.text(Key::Host).unwrap_or("127.0.0.1").to_string(),
+        port: settings.count(Key::Port).map_or(8000, |p| p as u16),
+        max_body_bytes: size(Key::MaxBodyBytes),
+        api_key: settings.text(Key::ApiKey).map(str::to_string),
+    };
+    // Bound first, so probes and routers see 503 while the models load and a taken port fails at once.
+    let starting = Starting::bind(&serve.host, serve.port)?;
     // Claimed before the weights load, so a refusal is logged early; the lent memory waits for the KV pool.
     let lent = carveout::requested(settings).and_then(|request| carveout::open(&request));
     let model = load(settings, sizing, memory_limit)?;
@@ -88,15 +96,9 @@ pub fn serve(settings: &Settings) -> Result<()> {
         models.push(spec);
         speakers.push(speaker);
     }
-    let serve = ServeConfig {
-        host: settings.text(Key::Host).unwrap_or("127.0.0.1").to_string(),
-        port: settings.count(Key::Port).map_or(8000, |p| p as u16),
-        max_body_bytes: size(Key::MaxBodyBytes),
-        api_key: settings.text(Key::ApiKey).map(str::to_string),
-    };
     actix_web::rt::System::new().block_on(async move {
         let runtime = start_runtime(device, models, cfg, lent).await?;
-        crate::server::run(serve, runtime, Arc::new(tokenizer), name, speakers).await?;
+        crate::server::run(serve, starting, runtime, Arc::new(tokenizer), name, speakers).await?;
         Ok(())
     })
 }

@@ -24,6 +24,8 @@ pub enum ApiError {
     Submit(#[from] SubmitError),
     #[error("{0}")]
     Unavailable(String),
+    #[error("the server is still loading its models; retry shortly")]
+    Loading,
     /// The engine failed the request's lane after it was admitted.
     #[error(transparent)]
     Engine(EngineError),
@@ -80,7 +82,8 @@ impl ApiError {
                 ("invalid_request_error", Some("context_length_exceeded"))
             }
             ApiError::Submit(SubmitError::Closed | SubmitError::NoModel(_) | SubmitError::WrongKind { .. })
-            | ApiError::Unavailable(_) => ("server_error", Some("service_unavailable")),
+            | ApiError::Unavailable(_)
+            | ApiError::Loading => ("server_error", Some("service_unavailable")),
             ApiError::Engine(e) => ("server_error", Some(e.code())),
             ApiError::Internal(_) => ("server_error", None),
         }
@@ -108,7 +111,8 @@ impl ResponseError for ApiError {
             ApiError::Submit(SubmitError::QueueFull(_)) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Submit(SubmitError::TooLarge { .. }) => StatusCode::BAD_REQUEST,
             ApiError::Submit(SubmitError::Closed | SubmitError::NoModel(_) | SubmitError::WrongKind { .. })
-            | ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | ApiError::Unavailable(_)
+            | ApiError::Loading => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Engine(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -116,7 +120,7 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
         match self {
-            ApiError::Submit(SubmitError::QueueFull(_)) => {
+            ApiError::Submit(SubmitError::QueueFull(_)) | ApiError::Loading => {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
             ApiError::Unauthorized => {

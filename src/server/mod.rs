@@ -8,6 +8,7 @@ pub mod routes;
 mod routes_tests;
 pub mod speech;
 pub mod sse;
+pub mod starting;
 pub mod validate;
 
 use std::future::Future;
@@ -23,6 +24,7 @@ use tokio::sync::mpsc;
 
 pub use error::ApiError;
 pub use routes::{app, configure};
+pub use starting::Starting;
 
 use tensorfold_engine::speech::speakers::Speakers;
 use tensorfold_engine::text::tokenizer::Tokenizer;
@@ -34,7 +36,8 @@ pub trait Backend: Clone + 'static {
     /// Queues a text, speech or voice request on the model it names; dropping the receiver cancels it.
     fn submit(&self, request: ValidRequest) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>>;
     fn is_ready(&self) -> bool;
-    fn metrics_text(&self) -> impl Future<Output = String>;
+    /// Every metric; the router-read names carry `model_name` as their label.
+    fn metrics_text(&self, model_name: &str) -> impl Future<Output = String>;
 }
 
 impl Backend for Runtime {
@@ -51,8 +54,8 @@ impl Backend for Runtime {
         Runtime::is_ready(self)
     }
 
-    fn metrics_text(&self) -> impl Future<Output = String> {
-        Runtime::metrics_text(self)
+    fn metrics_text(&self, model_name: &str) -> impl Future<Output = String> {
+        Runtime::metrics_text(self, model_name)
     }
 }
 
@@ -101,9 +104,10 @@ impl std::fmt::Debug for ServeConfig {
     }
 }
 
-/// Binds, prints `listening on http://HOST:PORT` on stderr for each address, and serves until shut down.
+/// Serves on the sockets `starting` bound, once every model is loaded, until shut down.
 pub async fn run(
     config: ServeConfig,
+    starting: Starting,
     runtime: Runtime,
     tokenizer: Arc<Tokenizer>,
     model_name: String,
@@ -112,11 +116,11 @@ pub async fn run(
     let speakers = Arc::new(speakers);
     let state = AppState { speakers, ..AppState::new(runtime, tokenizer, model_name, config.api_key) };
     let max_body_bytes = config.max_body_bytes;
-    let server =
-        HttpServer::new(move || app(state.clone(), max_body_bytes)).bind((config.host.as_str(), config.port))?;
-    for addr in server.addrs() {
-        eprintln!("listening on http://{addr}");
+    let mut server = HttpServer::new(move || app(state.clone(), max_body_bytes));
+    for listener in starting.finish().await? {
+        server = server.listen(listener)?;
     }
+    tracing::info!("every model is loaded; serving");
     server.run().await
 }
 

@@ -413,6 +413,12 @@ pub struct ModelCard {
     pub object: &'static str,
     pub created: u64,
     pub owned_by: &'static str,
+    /// Most positions one request may use, prompt plus output, under vLLM's name; absent for a voice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<usize>,
+    /// The same number under the name other servers and clients read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_length: Option<usize>,
 }
 
 #[derive(Debug, Serialize)]

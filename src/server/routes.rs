@@ -178,17 +178,19 @@ async fn generate<B: Backend>(state: &AppState<B>, kind: Kind, valid: Validated)
 }
 
 /// The text model first, then each speaker of `/v1/audio/speech`, each name once.
-fn model_cards<B>(state: &AppState<B>) -> Vec<ModelCard> {
+fn model_cards<B: Backend>(state: &AppState<B>) -> Vec<ModelCard> {
     let mut names: Vec<String> = Vec::new();
     for name in std::iter::once(state.model_name.clone()).chain(state.speakers.names()) {
         if !names.contains(&name) {
             names.push(name);
         }
     }
-    names
-        .into_iter()
-        .map(|id| ModelCard { id, object: "model", created: state.created, owned_by: "tensorfold" })
-        .collect()
+    let card = |id: String| {
+        let context = Some(state.runtime.limits(&id).context).filter(|&n| n > 0);
+        let (max_model_len, context_length) = (context, context);
+        ModelCard { id, object: "model", created: state.created, owned_by: "tensorfold", max_model_len, context_length }
+    };
+    names.into_iter().map(card).collect()
 }
 
 async fn list_models<B: Backend>(state: web::Data<AppState<B>>) -> HttpResponse {
@@ -211,5 +213,7 @@ async fn health<B: Backend>(state: web::Data<AppState<B>>) -> HttpResponse {
 }
 
 async fn metrics<B: Backend>(state: web::Data<AppState<B>>) -> HttpResponse {
-    HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(state.runtime.metrics_text().await)
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(state.runtime.metrics_text(&state.model_name).await)
 }

@@ -80,7 +80,7 @@ impl Backend for Scripted {
         self.ready
     }
 
-    fn metrics_text(&self) -> impl Future<Output = String> {
+    fn metrics_text(&self, _model_name: &str) -> impl Future<Output = String> {
         std::future::ready("tensorfold_requests_total 3\n".to_string())
     }
 }
@@ -210,6 +210,8 @@ async fn test_models_health_and_metrics() {
     assert_eq!(body["object"], "list");
     assert_eq!(body["data"][0]["id"], "tiny");
     assert_eq!(body["data"][0]["object"], "model");
+    assert_eq!(body["data"][0]["max_model_len"], CONTEXT);
+    assert_eq!(body["data"][0]["context_length"], CONTEXT);
     let req = test::TestRequest::get().uri("/v1/models/other");
     assert_eq!(call(Scripted::new(Script::Reply), None, req).await.0, StatusCode::NOT_FOUND);
 

@@ -47,6 +47,13 @@ impl Server {
     /// Starts `tensorfold serve --port 0 --model MODEL` with `extra` flags and waits until healthy; with
     /// `TF_TEST_DEVICE` set, on that device and without the default voice (a GPU machine may not fetch it).
     pub fn start_with_model(model: &Path, extra: &[&str]) -> Server {
+        let mut server = Server::spawn(model, extra, &[]);
+        server.wait_ready();
+        server
+    }
+
+    /// As `start_with_model` with `env` set, returning once the address is printed, before `/health` says 200.
+    pub fn spawn(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut device: Vec<String> = Vec::new();
         if let Ok(d) = std::env::var("TF_TEST_DEVICE") {
             device.extend(["--device".into(), d]);
@@ -59,6 +66,7 @@ impl Server {
             .args(["--host", "127.0.0.1", "--port", "0"])
             .args(device)
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -98,9 +106,12 @@ impl Server {
                 }
             }
         };
-        let mut server = Server { child, addr, model: String::new(), stderr_tail };
-        server.wait_healthy(deadline);
-        server
+        Server { child, addr, model: String::new(), stderr_tail }
+    }
+
+    /// Waits until `/health` says 200, then reads the first model's id.
+    pub fn wait_ready(&mut self) {
+        self.wait_healthy(Instant::now() + STARTUP_TIMEOUT);
     }
 
     fn wait_healthy(&mut self, deadline: Instant) {
