@@ -155,7 +155,7 @@ run() {
         --device "$DEVICE" --model "$CKPT" --no-voice --host 127.0.0.1 --port 0 --parallel "$PARALLEL" "$@" \
         ${SERVE_ARGS:-}
     local server=$PGID status=0
-    if ! wait_line "$log" "$server" "$SECONDS_LOAD" "^listening on http://"; then
+    if ! wait_line "$log" "$server" "$SECONDS_LOAD" "every model is loaded; serving"; then
         fail "serve $name did not start: $(plain "$log" | tail -1)"
         status=1
     else
