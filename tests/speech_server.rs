@@ -268,7 +268,7 @@ fn test_bad_speech_requests_are_openai_400s_naming_the_field() {
         (ok(json!({"input": " \n\t "})), "input", "whitespace"),
         (ok(json!({"input": over_limit})), "input", "4097"),
         (ok(json!({"voice": "nobody"})), "voice", "tara"),
-        (ok(json!({"response_format": "mp3"})), "response_format", "mp3"),
+        (ok(json!({"response_format": "ogg"})), "response_format", "\"mp3\", \"opus\""),
         (ok(json!({"speed": 0.1})), "speed", "0.1"),
         (ok(json!({"speed": 5})), "speed", "5"),
         (ok(json!({"speed": 2.0})), "speed", "1.0"),
@@ -282,10 +282,10 @@ fn test_bad_speech_requests_are_openai_400s_naming_the_field() {
     assert_invalid(&server.post_raw(SPEECH, b"{not json", &[]), None, "JSON", "a non-JSON body");
 
     let accepted = server.post_json(SPEECH, &ok(json!({"input": at_limit, "seed": 0})));
-    assert_audio_reply(&accepted, "audio/pcm", "4096 characters");
+    assert_audio_reply(&accepted, "audio/mpeg", "4096 characters");
     assert!(!accepted.body.is_empty(), "4096 characters gave no audio");
     let at_speed_one = server.post_json(SPEECH, &ok(json!({"speed": 1.0, "seed": 0})));
-    assert_audio_reply(&at_speed_one, "audio/pcm", "speed 1.0");
+    assert_audio_reply(&at_speed_one, "audio/mpeg", "speed 1.0");
 
     let get = server.get(SPEECH);
     assert_eq!(get.status, 405, "GET {SPEECH}: {}", get.text());
@@ -547,7 +547,7 @@ fn test_curl_streams_the_same_wav() {
     let head = std::fs::read_to_string(&head).expect("curl wrote the headers").to_ascii_lowercase();
     assert!(head.contains("x-sample-rate: 24000") && head.contains("transfer-encoding: chunked"), "{head}");
 
-    let refused = curl(&speech_body("Hello there", "tara", 4, "mp3"));
+    let refused = curl(&speech_body("Hello there", "tara", 4, "ogg"));
     assert_eq!(refused.status.code(), Some(22), "curl --fail on a 400: {refused:?}");
 
     if on_device() {

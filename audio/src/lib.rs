@@ -1,5 +1,7 @@
-//! Speech codecs and PCM: the SNAC decoder for Drama's codes, the hibari voice's signal stage, and their wire forms.
+//! Speech codecs and PCM: the SNAC decoder for Drama's codes, the hibari voice's signal stage, and their wire forms
+//! (PCM, WAV and the encoded response formats).
 
+pub mod encode;
 pub mod error;
 pub mod hibari;
 pub(crate) mod normal;

@@ -59,7 +59,7 @@ pub fn speak(args: SpeakArgs, settings: &Settings) -> Result<()> {
         }
         None => hibari_speaker(&settings.fetcher()?)?,
     };
-    let voice = speaker.voices().check(args.voice.as_deref())?;
+    let voice = speaker.voices().resolve(args.voice.as_deref())?;
     let sample_rate = speaker.sample_rate();
     let wav_spec =
         hound::WavSpec { channels: 1, sample_rate, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };

@@ -169,17 +169,32 @@ impl Speakers {
         self.list.iter().flat_map(|s| s.voices().names().iter().cloned()).collect()
     }
 
-    /// The speaker that knows `voice` (or the default voice), with the checked voice.
-    pub fn pick(&self, voice: Option<&str>) -> Result<(&Speaker, Voice), UnknownVoice> {
-        let Some(first) = self.list.first() else {
+    /// The speaker named `model`, else the first.
+    fn named_or_first(&self, model: &str) -> Option<&Speaker> {
+        self.list.iter().find(|s| s.name() == model).or(self.list.first())
+    }
+
+    /// The speaker and voice of a request: a voice's own name finds it on any speaker; no voice, or one of OpenAI's
+    /// names, resolves on the speaker `model` names, else on the first.
+    pub fn pick(&self, voice: Option<&str>, model: &str) -> Result<(&Speaker, Voice), UnknownVoice> {
+        let Some(chosen) = self.named_or_first(model) else {
             return Err(UnknownVoice { voice: voice.unwrap_or_default().into(), valid: Vec::new() });
         };
-        let Some(name) = voice else { return Ok((first, first.voices().default_voice())) };
-        for speaker in &self.list {
-            if let Ok(voice) = speaker.voices().check(Some(name)) {
-                return Ok((speaker, voice));
+        if let Some(name) = voice {
+            for speaker in &self.list {
+                if let Ok(voice) = speaker.voices().check(Some(name)) {
+                    return Ok((speaker, voice));
+                }
             }
         }
-        Err(UnknownVoice { voice: name.into(), valid: self.voice_names() })
+        match chosen.voices().resolve(voice) {
+            Ok(voice) => Ok((chosen, voice)),
+            Err(unknown) => Err(UnknownVoice { voice: unknown.voice, valid: self.voice_names() }),
+        }
+    }
+
+    /// Every speaker in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Speaker> {
+        self.list.iter()
     }
 }

@@ -25,6 +25,20 @@ pub const VOICES_FILE: &str = "drama.json";
 /// Voices of the public Orpheus English finetune, best first by its authors' judgement.
 pub const ORPHEUS_VOICES: [&str; 8] = ["tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe"];
 pub const ORPHEUS_DEFAULT_VOICE: &str = "tara";
+/// OpenAI's voice names for the Orpheus voices: female to female and male to male, `alloy` to the default.
+pub const ORPHEUS_ALIASES: [(&str, &str); 11] = [
+    ("alloy", "tara"),
+    ("ash", "leo"),
+    ("ballad", "dan"),
+    ("coral", "leah"),
+    ("echo", "zac"),
+    ("fable", "leo"),
+    ("nova", "jess"),
+    ("onyx", "dan"),
+    ("sage", "mia"),
+    ("shimmer", "zoe"),
+    ("verse", "zac"),
+];
 
 pub const SLOTS_PER_FRAME: usize = 7;
 /// The codebook each slot of a frame feeds, in the order Orpheus interleaves them.
@@ -163,11 +177,12 @@ fn code_offset(first_code: u32, id: u32) -> Option<usize> {
     (offset < SLOTS_PER_FRAME * CODEBOOK_SIZE).then_some(offset)
 }
 
-/// The Orpheus English voices, `tara` first as their default.
+/// The Orpheus English voices, `tara` first as their default, with OpenAI's names.
 pub fn orpheus_voices() -> Voices {
     let names = ORPHEUS_VOICES.iter().map(|v| v.to_string()).collect();
     let default = ORPHEUS_VOICES.iter().position(|v| *v == ORPHEUS_DEFAULT_VOICE).unwrap_or(0);
-    Voices::new(names, default).expect("the Orpheus voices are not empty")
+    let voices = Voices::new(names, default).expect("the Orpheus voices are not empty");
+    voices.with_aliases(&ORPHEUS_ALIASES).expect("the alias table names every OpenAI voice and only Orpheus voices")
 }
 
 #[derive(Deserialize)]

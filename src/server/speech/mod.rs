@@ -1,34 +1,29 @@
-//! `POST /v1/audio/speech`: OpenAI's speech body in, PCM or WAV over chunked HTTP (or base64 in SSE) out.
+//! `POST /v1/audio/speech`: OpenAI's speech body in, audio in the asked format over chunked HTTP (or base64 in SSE)
+//! out; `GET /v1/audio/voices`: each speech model's voices and the OpenAI names that stand for them.
+
+mod stream;
 
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use base64::Engine as _;
-use bytes::Bytes;
-use futures_util::stream::{self, Stream};
 use serde::Serialize;
-use tensorfold_actors::request_types::{Event, Usage, ValidRequest, Work};
-use tensorfold_audio::pcm::{streaming_wav_header, to_i16_le};
-use tokio::sync::mpsc;
+use tensorfold_actors::request_types::{ValidRequest, Work};
+pub use tensorfold_audio::encode::AudioFormat;
+use tensorfold_audio::encode::Encoder;
 
 use super::error::ApiError;
 use super::openai::Fields;
 use super::routes::{read_body, BodyLimit};
 use super::{random_u64, AppState, Backend};
+pub use stream::{audio_stream, sse_stream};
 use tensorfold_engine::boundary::TokenWork;
 use tensorfold_engine::speech::speakers::{Speaker, MAX_INPUT_CHARS};
 
-/// The response header that carries the sample rate of the PCM.
+/// The response header that carries the sample rate of the audio.
 pub const SAMPLE_RATE_HEADER: &str = "x-sample-rate";
+/// The response header present, `true`, when the request's `instructions` were not used.
+pub const INSTRUCTIONS_IGNORED_HEADER: &str = "x-instructions-ignored";
 pub const MIN_SPEED: f64 = 0.25;
 pub const MAX_SPEED: f64 = 4.0;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AudioFormat {
-    /// Raw 16-bit little-endian mono samples.
-    Pcm,
-    /// A WAV header for a stream of unknown length, then the same samples.
-    Wav,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StreamFormat {
@@ -39,6 +34,7 @@ pub enum StreamFormat {
 /// A speech request once every field is checked.
 #[derive(Debug, PartialEq)]
 pub struct SpeechRequest {
+    pub model: String,
     pub input: String,
     pub voice: Option<String>,
     pub format: AudioFormat,
@@ -49,12 +45,14 @@ pub struct SpeechRequest {
     pub cache: bool,
     /// Most tokens a Drama voice's language model generates (7 a frame of audio).
     pub max_tokens: Option<usize>,
+    /// Whether the request gave instructions, which no model served here can follow.
+    pub instructions: bool,
 }
 
 impl SpeechRequest {
     pub fn from_json(body: &[u8]) -> Result<SpeechRequest, ApiError> {
         let mut fields = Fields::parse(body)?;
-        let _model: String = fields.take("model")?.ok_or_else(|| ApiError::invalid("model", "'model' is required"))?;
+        let model: String = fields.take("model")?.ok_or_else(|| ApiError::invalid("model", "'model' is required"))?;
         let input: String = fields.take("input")?.ok_or_else(|| ApiError::invalid("input", "'input' is required"))?;
         let chars = input.chars().count();
         if input.trim().is_empty() {
@@ -65,12 +63,13 @@ impl SpeechRequest {
             return Err(ApiError::invalid("input", message));
         }
         let format = match fields.take::<String>("response_format")?.as_deref() {
-            None | Some("pcm") => AudioFormat::Pcm,
-            Some("wav") => AudioFormat::Wav,
-            Some(other) => {
-                let message = format!("'response_format' {other:?} is not supported; use \"pcm\" or \"wav\"");
-                return Err(ApiError::invalid("response_format", message));
-            }
+            None => AudioFormat::Mp3,
+            Some(name) => AudioFormat::parse(name).ok_or_else(|| {
+                let accepted: Vec<String> = AudioFormat::ALL.iter().map(|f| format!("{:?}", f.name())).collect();
+                let message =
+                    format!("'response_format' {name:?} is not supported; use one of {}", accepted.join(", "));
+                ApiError::invalid("response_format", message)
+            })?,
         };
         let stream_format = match fields.take::<String>("stream_format")?.as_deref() {
             None | Some("audio") => StreamFormat::Audio,
@@ -85,14 +84,14 @@ impl SpeechRequest {
             let message = format!("'speed' must be between {MIN_SPEED} and {MAX_SPEED}, not {speed}");
             return Err(ApiError::invalid("speed", message));
         }
-        if fields.take::<String>("instructions")?.is_some_and(|i| !i.trim().is_empty()) {
-            return Err(ApiError::invalid("instructions", "'instructions' is not supported by this model"));
-        }
+        let instructions = fields.take::<String>("instructions")?.is_some_and(|i| !i.trim().is_empty());
         let max_tokens: Option<usize> = fields.take("max_tokens")?;
         if max_tokens == Some(0) {
             return Err(ApiError::invalid("max_tokens", "'max_tokens' must be at least 1"));
         }
         Ok(SpeechRequest {
+            model,
+            instructions,
             max_tokens,
             input,
             voice: fields.take("voice")?,
@@ -119,8 +118,9 @@ pub(super) async fn speech<B: Backend>(
     }
     let request = SpeechRequest::from_json(&body)?;
     let speakers = state.speakers.clone();
-    let (speaker, voice) =
-        speakers.pick(request.voice.as_deref()).map_err(|e| ApiError::invalid("voice", e.to_string()))?;
+    let (speaker, voice) = speakers
+        .pick(request.voice.as_deref(), &request.model)
+        .map_err(|e| ApiError::invalid("voice", e.to_string()))?;
     let seed = request.seed.unwrap_or_else(random_u64);
     let rate = speaker.sample_rate();
     let work = match speaker {
@@ -151,108 +151,54 @@ pub(super) async fn speech<B: Backend>(
             Work::Voice(lane)
         }
     };
+    let encoder = Encoder::new(request.format, rate).map_err(|e| ApiError::Internal(e.to_string()))?;
     let events = state.runtime.submit(ValidRequest { model: speaker.model().to_string(), work }).await?;
     let mut response = HttpResponse::Ok();
     response.insert_header((SAMPLE_RATE_HEADER, rate.to_string())).insert_header((header::CACHE_CONTROL, "no-cache"));
     response.insert_header(("X-Accel-Buffering", "no"));
+    if request.instructions {
+        response.insert_header((INSTRUCTIONS_IGNORED_HEADER, "true"));
+    }
     Ok(match request.stream_format {
         StreamFormat::Audio => {
-            let content_type = match request.format {
-                AudioFormat::Pcm => "audio/pcm",
-                AudioFormat::Wav => "audio/wav",
-            };
-            response.content_type(content_type).streaming(audio_stream(events, request.format, rate))
+            response.content_type(request.format.content_type()).streaming(audio_stream(events, encoder))
         }
-        StreamFormat::Sse => {
-            response.content_type("text/event-stream").streaming(sse_stream(events, request.format, rate))
-        }
-    })
-}
-
-/// Why an audio stream ends without its last bytes: the connection is cut, so the client sees it is incomplete.
-fn broken(message: String) -> std::io::Error {
-    std::io::Error::other(message)
-}
-
-/// The body of a chunked audio reply: the WAV header first if asked for, then each window's samples.
-pub fn audio_stream(
-    events: mpsc::Receiver<Event>,
-    format: AudioFormat,
-    rate: u32,
-) -> impl Stream<Item = Result<Bytes, std::io::Error>> + 'static {
-    let header = (format == AudioFormat::Wav).then(|| Bytes::copy_from_slice(&streaming_wav_header(rate)));
-    stream::unfold(Some((events, header)), |state| async move {
-        let (mut events, header) = state?;
-        if let Some(header) = header {
-            return Some((Ok(header), Some((events, None))));
-        }
-        loop {
-            match events.recv().await {
-                Some(Event::Audio { pcm }) => return Some((Ok(Bytes::from(to_i16_le(&pcm))), Some((events, None)))),
-                Some(Event::Token { .. }) => continue,
-                Some(Event::Done { .. }) => return None,
-                Some(Event::Error(e)) => return Some((Err(broken(e.to_string())), None)),
-                None => return Some((Err(broken("the speech request ended early".into())), None)),
-            }
-        }
+        StreamFormat::Sse => response.content_type("text/event-stream").streaming(sse_stream(events, encoder)),
     })
 }
 
 #[derive(Serialize)]
-struct SpeechUsage {
-    input_tokens: usize,
-    output_tokens: usize,
-    total_tokens: usize,
+struct VoiceCard {
+    voice: String,
+    /// OpenAI's voice names that give this voice when the request's `model` names this speaker (or it is the first).
+    aliases: Vec<&'static str>,
 }
 
 #[derive(Serialize)]
-#[serde(tag = "type")]
-enum SpeechEvent {
-    #[serde(rename = "speech.audio.delta")]
-    Delta { audio: String },
-    #[serde(rename = "speech.audio.done")]
-    Done { usage: SpeechUsage },
-    #[serde(rename = "error")]
-    Error { error: super::error::ErrorDetail },
+struct SpeakerCard {
+    model: String,
+    /// Whether a request whose `model` names no speaker (`tts-1`) resolves its default voice and aliases here.
+    default: bool,
+    default_voice: String,
+    voices: Vec<VoiceCard>,
 }
 
-fn sse_frame(event: &SpeechEvent) -> Bytes {
-    Bytes::from(format!("data: {}\n\n", serde_json::to_string(event).unwrap_or_default()))
+#[derive(Serialize)]
+struct VoiceList {
+    object: &'static str,
+    data: Vec<SpeakerCard>,
 }
 
-/// The SSE reply: base64 deltas of the audio bytes (a WAV header first for `wav`), then a done event with usage.
-pub fn sse_stream(
-    events: mpsc::Receiver<Event>,
-    format: AudioFormat,
-    rate: u32,
-) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + 'static {
-    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
-    let header = (format == AudioFormat::Wav).then(|| b64(&streaming_wav_header(rate)));
-    stream::unfold(Some((events, header)), move |state| async move {
-        let (mut events, header) = state?;
-        if let Some(audio) = header {
-            return Some((Ok(sse_frame(&SpeechEvent::Delta { audio })), Some((events, None))));
+pub(super) async fn list_voices<B: Backend>(state: web::Data<AppState<B>>) -> HttpResponse {
+    let card = |(i, speaker): (usize, &Speaker)| {
+        let voices = speaker.voices();
+        let names = voices.names().iter();
+        SpeakerCard {
+            model: speaker.name().to_string(),
+            default: i == 0,
+            default_voice: voices.default_voice().name().to_string(),
+            voices: names.map(|v| VoiceCard { voice: v.clone(), aliases: voices.aliases_of(v) }).collect(),
         }
-        loop {
-            let event = match events.recv().await {
-                Some(Event::Audio { pcm }) => SpeechEvent::Delta { audio: b64(&to_i16_le(&pcm)) },
-                Some(Event::Token { .. }) => continue,
-                Some(Event::Done { usage: Usage { prompt_tokens, completion_tokens, .. }, .. }) => {
-                    let total_tokens = prompt_tokens + completion_tokens;
-                    let usage =
-                        SpeechUsage { input_tokens: prompt_tokens, output_tokens: completion_tokens, total_tokens };
-                    return Some((Ok(sse_frame(&SpeechEvent::Done { usage })), None));
-                }
-                Some(Event::Error(e)) => {
-                    let error = ApiError::Engine(e).body().error;
-                    return Some((Ok(sse_frame(&SpeechEvent::Error { error })), None));
-                }
-                None => {
-                    let error = ApiError::Internal("the speech request ended early".into()).body().error;
-                    return Some((Ok(sse_frame(&SpeechEvent::Error { error })), None));
-                }
-            };
-            return Some((Ok(sse_frame(&event)), Some((events, None))));
-        }
-    })
+    };
+    HttpResponse::Ok().json(VoiceList { object: "list", data: state.speakers.iter().enumerate().map(card).collect() })
 }
