@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Drives a running tensorfold server through the official `openai` package; exits non-zero on any failure.
 
-Run by tests/openai_client.rs: python tests/openai_client.py --base-url http://127.0.0.1:PORT/v1 [--speech]
+Run by tests/openai_client.rs:
+    python tests/openai_client.py --base-url http://127.0.0.1:PORT/v1 [--speech] [--default-base-url URL]
 """
 
 import argparse
+import array
+import os
 import struct
 import sys
+import tempfile
 
 import openai
 
@@ -110,11 +114,35 @@ def default_voice(client, model):
     return audio
 
 
+def default_server_mp3(client):
+    """OpenAI's own call with nothing else, against the default server: playable mp3 in the default voice."""
+    import av  # PyAV's FFmpeg decoders share no code with the server's LAME encoder
+
+    response = client.audio.speech.create(model="tts-1", voice="alloy", input=SPEECH_TEXT)
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "speech.mp3")
+        response.write_to_file(path)
+        with av.open(path) as container:
+            check(container.format.name == "mp3", f"container {container.format.name!r}")
+            stream = container.streams.audio[0]
+            check(stream.codec_context.name.startswith("mp3"), f"codec {stream.codec_context.name!r}")
+            check(stream.codec_context.sample_rate == SAMPLE_RATE, f"rate {stream.codec_context.sample_rate}")
+            frames = list(container.decode(stream))
+            check(all(frame.format.name == "fltp" for frame in frames), "FFmpeg's mp3 decoder gives planar floats")
+            samples = [x for f in frames for x in array.array("f", bytes(f.planes[0])[: 4 * f.samples])]
+    seconds = len(samples) / SAMPLE_RATE
+    check(0.5 < seconds < 10, f"{seconds:.2f} s of mp3 for {SPEECH_TEXT!r}")
+    loudest = max(abs(x) for x in samples)
+    check(loudest > 0.01, f"the mp3 is silent (peak {loudest})")
+    return seconds
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True, help="the server's /v1 URL")
     parser.add_argument("--api-key", default="unused", help="sent as the Bearer token")
     parser.add_argument("--speech", action="store_true", help="also run the /v1/audio/speech cases")
+    parser.add_argument("--default-base-url", help="a server started without flags: run OpenAI's plain speech call")
     args = parser.parse_args()
     client = openai.OpenAI(base_url=args.base_url, api_key=args.api_key, timeout=300, max_retries=0)
     models = client.models.list().data
@@ -131,6 +159,9 @@ def main():
     ]
     if args.speech:
         cases += [("speech_pcm", speech_pcm), ("speech_wav", speech_wav), ("speech_default_voice", default_voice)]
+    if args.default_base_url:
+        default = openai.OpenAI(base_url=args.default_base_url, api_key=args.api_key, timeout=300, max_retries=0)
+        cases.append(("speech_default_mp3", lambda *_: default_server_mp3(default)))
     for name, case in cases:
         try:
             results[name] = case(client, model)
