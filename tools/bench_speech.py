@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Speech streaming under load: time to first audio, real-time factor and audio throughput at N streams (stdlib only).
 
-For each N in --streams it starts N streaming /v1/audio/speech requests at once (response_format pcm, 16-bit LE
-mono, distinct seeds, a fixed set of sentences) and measures per stream:
+For each N in --streams and each format in --format it starts N streaming /v1/audio/speech requests at once
+(response_format pcm by default, 16-bit LE mono, distinct seeds, a fixed set of sentences) and measures per stream:
 
-    ttfa_s    time to first audio byte, from sending the request
+    ttfa_s    time to first audio byte, from sending the request (the server sends a format's header with the
+              first audio, so for every format this is the first encoded sound)
     wall_s    from sending the request to the last byte
-    audio_s   audio received: bytes / 2 / the x-sample-rate header
+    audio_s   audio received: bytes / 2 / the x-sample-rate header (pcm and wav only; the encoded formats leave it,
+              the RTF and the throughput out)
     rtf       real-time factor = wall_s / audio_s (wall seconds spent streaming per second of audio
               produced, first-byte wait included); below 1 means faster than real time
 
@@ -23,6 +25,7 @@ Any HTTP error, broken stream or stream without audio exits 1 with a message.
 
     python3 tools/bench_speech.py --base-url http://127.0.0.1:8000/v1 --streams 1,8,32 --text-streams 4
     python3 tools/bench_speech.py --binary target/release/tensorfold --model M --speech-model DIR --streams 1,8,32
+    python3 tools/bench_speech.py --binary target/release/tensorfold --voice heart --format pcm,mp3,opus,aac,flac
     python3 tools/bench_speech.py --binary .device/tensorfold --device cuda --model DIR --speech-model DIR \
         --serve-arg=--no-voice --voice tara --max-tokens 253 --streams 64,128 --text-streams 32
 
@@ -64,9 +67,14 @@ class BenchError(Exception):
     """A failure the bench reports and exits 1 on."""
 
 
-def speech_stream(endpoint, model, text, seed, voice, max_tokens=None):
-    """One PCM speech stream read as it arrives: ttfa, wall, audio bytes and the sample rate."""
-    body = {"model": model, "input": text, "response_format": "pcm", "stream_format": "audio", "seed": seed}
+FORMATS = ["pcm", "wav", "mp3", "opus", "aac", "flac"]
+# Bytes before the samples: the formats whose audio seconds the byte count gives.
+RAW_HEADER_BYTES = {"pcm": 0, "wav": 44}
+
+
+def speech_stream(endpoint, model, text, seed, voice, max_tokens=None, response_format="pcm"):
+    """One speech stream read as it arrives: ttfa, wall, audio bytes and the sample rate."""
+    body = {"model": model, "input": text, "response_format": response_format, "stream_format": "audio", "seed": seed}
     if voice:
         body["voice"] = voice
     if max_tokens is not None:
@@ -93,11 +101,15 @@ def speech_stream(endpoint, model, text, seed, voice, max_tokens=None):
         conn.close()
     if num_bytes == 0:
         raise BenchError(f"POST /audio/speech (seed {seed}): stream ended with no audio")
-    if num_bytes % 2:
-        raise BenchError(f"POST /audio/speech (seed {seed}): {num_bytes} bytes is not whole 16-bit samples")
-    audio_s = num_bytes / 2 / rate
+    audio_s = rtf = None
+    if response_format in RAW_HEADER_BYTES:
+        num_bytes -= RAW_HEADER_BYTES[response_format]
+        if num_bytes % 2:
+            raise BenchError(f"POST /audio/speech (seed {seed}): {num_bytes} bytes is not whole 16-bit samples")
+        audio_s = num_bytes / 2 / rate
+        rtf = (end - start) / audio_s
     return {"start": start, "end": end, "ttfa_s": first - start, "wall_s": end - start,
-            "audio_s": audio_s, "rtf": (end - start) / audio_s, "sample_rate": rate, "seed": seed}
+            "audio_s": audio_s, "rtf": rtf, "sample_rate": rate, "seed": seed}
 
 
 def text_body(model, api, max_tokens, seed):
@@ -194,7 +206,7 @@ class TextTraffic:
                 "requests_completed": sum(self.num_requests)}
 
 
-def run_once(endpoint, model, args, num_streams, num_text_streams, text_api):
+def run_once(endpoint, model, args, num_streams, num_text_streams, text_api, response_format):
     """One round: N speech streams started together, beside the text traffic if any."""
     traffic = None
     if num_text_streams:
@@ -207,7 +219,8 @@ def run_once(endpoint, model, args, num_streams, num_text_streams, text_api):
         barrier.wait()
         try:
             text = SENTENCES[i % len(SENTENCES)]
-            results[i] = speech_stream(endpoint, model, text, args.seed + i, args.voice, args.max_tokens)
+            seed = args.seed + i
+            results[i] = speech_stream(endpoint, model, text, seed, args.voice, args.max_tokens, response_format)
         except Exception as error:  # reported below with the stream count
             errors.append(f"speech stream {i}: {error}")
 
@@ -227,21 +240,27 @@ def run_once(endpoint, model, args, num_streams, num_text_streams, text_api):
     return results, window_end - window_start, text
 
 
-def run_config(endpoint, model, args, num_streams, num_text_streams, text_api):
+def known(function, values):
+    """function(values), or None where the format left them unknown."""
+    return None if any(v is None for v in values) else function(values)
+
+
+def run_config(endpoint, model, args, num_streams, num_text_streams, text_api, response_format):
     """--repeat rounds of one configuration, summed up as one JSON-ready dict."""
     streams, rounds = [], []
     for _ in range(args.repeat):
-        results, wall, text = run_once(endpoint, model, args, num_streams, num_text_streams, text_api)
+        results, wall, text = run_once(endpoint, model, args, num_streams, num_text_streams, text_api, response_format)
         streams += results
-        audio = sum(r["audio_s"] for r in results)
-        rounds.append({"wall_s": wall, "audio_s": audio, "audio_s_per_wall_s": audio / wall, "text": text})
+        audio = known(sum, [r["audio_s"] for r in results])
+        rounds.append({"wall_s": wall, "audio_s": audio, "audio_s_per_wall_s": None if audio is None else audio / wall,
+                       "text": text})
     rates = {r["sample_rate"] for r in streams}
     ttfa, rtf = [r["ttfa_s"] for r in streams], [r["rtf"] for r in streams]
     row = {
         "streams": num_streams,
         "text_streams": num_text_streams,
         "repeat": args.repeat,
-        "response_format": "pcm",
+        "response_format": response_format,
         "sample_rate": rates.pop() if len(rates) == 1 else sorted(rates),
         "rtf_definition": RTF_DEFINITION,
         "max_tokens": args.max_tokens,
@@ -250,14 +269,14 @@ def run_config(endpoint, model, args, num_streams, num_text_streams, text_api):
         "ttfa_p90_s": percentile(ttfa, 90),
         "ttfa_p95_s": percentile(ttfa, 95),
         "ttfa_max_s": max(ttfa),
-        "rtf_median": statistics.median(rtf),
-        "rtf_p50": percentile(rtf, 50),
-        "rtf_p90": percentile(rtf, 90),
-        "rtf_p95": percentile(rtf, 95),
-        "streams_faster_than_real_time": sum(r < 1 for r in rtf),
+        "rtf_median": known(statistics.median, rtf),
+        "rtf_p50": known(lambda v: percentile(v, 50), rtf),
+        "rtf_p90": known(lambda v: percentile(v, 90), rtf),
+        "rtf_p95": known(lambda v: percentile(v, 95), rtf),
+        "streams_faster_than_real_time": known(lambda v: sum(r < 1 for r in v), rtf),
         "streams_measured": len(rtf),
-        "audio_s_per_stream_median": statistics.median(r["audio_s"] for r in streams),
-        "audio_s_per_wall_s": statistics.median(r["audio_s_per_wall_s"] for r in rounds),
+        "audio_s_per_stream_median": known(statistics.median, [r["audio_s"] for r in streams]),
+        "audio_s_per_wall_s": known(statistics.median, [r["audio_s_per_wall_s"] for r in rounds]),
         "rounds": rounds,
     }
     if num_text_streams:
@@ -277,29 +296,48 @@ def serve_args(args):
     return words + [word for arg in args.serve_arg or [] for word in shlex.split(arg)]
 
 
+def cell(value, width, digits):
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
+
+
 def print_table(rows):
-    print(f"{'streams':>7} {'text':>4} {'TTFA p50 s':>10} {'TTFA p95 s':>10} {'RTF p50':>8} {'RTF p95':>8}"
-          f" {'rtf < 1':>8} {'audio s/s':>9} {'text tok/s':>10}", file=sys.stderr)
+    print(f"{'format':>6} {'streams':>7} {'text':>4} {'TTFA p50 s':>10} {'TTFA p95 s':>10} {'RTF p50':>8}"
+          f" {'RTF p95':>8} {'rtf < 1':>8} {'audio s/s':>9} {'text tok/s':>10}", file=sys.stderr)
     for row in rows:
         text = f"{row['text_tok_s_total']:>10.1f}" if row["text_streams"] else f"{'-':>10}"
-        real_time = f"{row['streams_faster_than_real_time']}/{row['streams_measured']}"
-        print(f"{row['streams']:>7} {row['text_streams']:>4} {row['ttfa_p50_s']:>10.3f} {row['ttfa_p95_s']:>10.3f}"
-              f" {row['rtf_p50']:>8.3f} {row['rtf_p95']:>8.3f} {real_time:>8} {row['audio_s_per_wall_s']:>9.2f} {text}",
-              file=sys.stderr)
+        faster = row["streams_faster_than_real_time"]
+        real_time = "-" if faster is None else f"{faster}/{row['streams_measured']}"
+        print(f"{row['response_format']:>6} {row['streams']:>7} {row['text_streams']:>4} {row['ttfa_p50_s']:>10.3f}"
+              f" {row['ttfa_p95_s']:>10.3f} {cell(row['rtf_p50'], 8, 3)} {cell(row['rtf_p95'], 8, 3)} {real_time:>8}"
+              f" {cell(row['audio_s_per_wall_s'], 9, 2)} {text}", file=sys.stderr)
     print(RTF_DEFINITION, file=sys.stderr)
+
+
+def parse_formats(values):
+    """--format values (repeatable, comma lists) in order, each once; pcm when none is given."""
+    formats = []
+    for value in values or ["pcm"]:
+        for name in value.split(","):
+            if name not in FORMATS:
+                raise BenchError(f"--format {name!r}: use {', '.join(FORMATS)}")
+            formats += [] if name in formats else [name]
+    return formats
 
 
 def bench(args):
     endpoint = Endpoint(args.base_url, args.api_key)
     model = args.model_id or endpoint.model()
-    speech_stream(endpoint, model, SENTENCES[0], args.seed, args.voice, args.max_tokens)  # warm-up, not measured
+    formats = parse_formats(args.format)
+    for response_format in formats:  # warm-up, not measured
+        speech_stream(endpoint, model, SENTENCES[0], args.seed, args.voice, args.max_tokens, response_format)
     text_api = pick_text_api(endpoint, model, args.text_api, args.text_max_tokens) if args.text_streams else None
     rows = []
     for num_streams in parse_streams(args.streams):
         for num_text_streams in [0, args.text_streams] if args.text_streams else [0]:
-            row = run_config(endpoint, model, args, num_streams, num_text_streams, text_api)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            for response_format in formats:
+                row = run_config(endpoint, model, args, num_streams, num_text_streams, text_api, response_format)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     print_table(rows)
 
 
@@ -321,6 +359,8 @@ def main():
     parser.add_argument("--repeat", type=int, default=1, help="rounds per configuration (1)")
     parser.add_argument("--seed", type=int, default=1, help="seed of stream 0; stream i gets seed + i (1)")
     parser.add_argument("--voice", help="the voice of every stream (the server's default if not given)")
+    parser.add_argument("--format", action="append",
+                        help=f"response_format of every stream: repeatable or a comma list of {','.join(FORMATS)} (pcm)")
     parser.add_argument("--max-tokens", type=int, help="the speech body's max_tokens: most LM tokens per stream (Drama)")
     parser.add_argument("--model-id", help="the request's model field (default: the first of /v1/models)")
     parser.add_argument("--api-key", help="sent as the Bearer token")
