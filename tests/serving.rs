@@ -3,11 +3,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 
 use common::server::{parse_metrics, Server};
 use serde_json::json;
+use tensorfold_lend::daemon::Daemon;
+use tensorfold_lend::pool::MemfdPool;
 
 fn default_model() -> PathBuf {
     tensorfold::settings::process_fetcher().and_then(|f| f.default_model_path()).expect("fetching the default model")
@@ -86,10 +87,10 @@ fn test_models_give_each_text_model_its_context_length() {
 
 #[test]
 fn test_health_is_503_until_every_model_is_loaded() {
-    // A lending daemon that never answers holds start-up at the carveout claim, before the weights load.
+    // A lending daemon bound but not serving holds start-up at the carveout claim, before the weights load.
     let dir = tempfile::tempdir().expect("a temporary directory");
     let socket = dir.path().join("lend.sock");
-    let silent = UnixListener::bind(&socket).expect("binding the silent socket");
+    let silent = Daemon::bind(&socket, b"sesame".to_vec(), Box::new(MemfdPool::new(4))).expect("binding the daemon");
     let socket = socket.to_str().expect("a UTF-8 path").to_string();
     let env = [("TF_CARVEOUT", "1"), ("TF_CARVEOUT_SOCKET", socket.as_str()), ("TF_CARVEOUT_KEY", "sesame")];
     let mut server = Server::spawn(&default_model(), &["--no-voice"], &env);
@@ -104,7 +105,7 @@ fn test_health_is_503_until_every_model_is_loaded() {
     let models = server.get("/v1/models");
     assert_eq!(models.status, 503, "{}", models.text());
 
-    // Closing the socket refuses the claim; the server then loads without lent memory and turns ready.
+    // Closing the daemon's socket refuses the claim; the server then loads without lent memory and turns ready.
     drop(silent);
     server.wait_ready();
     assert_eq!(server.get("/health").json(), json!({"status": "ok"}));

@@ -41,7 +41,7 @@ pub fn serve(settings: &Settings) -> Result<()> {
         api_key: settings.text(Key::ApiKey).map(str::to_string),
     };
     // Bound first, so probes and routers see 503 while the models load and a taken port fails at once.
-    let starting = Starting::bind(&serve.host, serve.port)?;
+    let starting = Starting::bind(&serve)?;
     // Claimed before the weights load, so a refusal is logged early; the lent memory waits for the KV pool.
     let lent = carveout::requested(settings).and_then(|request| carveout::open(&request));
     let model = load(settings, sizing, memory_limit)?;

@@ -17,13 +17,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use actix_web::HttpServer;
 use tensorfold_actors::request_types::{Event, SubmitError, ValidRequest};
 use tensorfold_actors::runtime::{Limits, Runtime};
 use tokio::sync::mpsc;
 
 pub use error::ApiError;
-pub use routes::{app, configure};
+pub use routes::{app, app_over, configure, Slot};
 pub use starting::Starting;
 
 use tensorfold_engine::speech::speakers::Speakers;
@@ -104,7 +103,7 @@ impl std::fmt::Debug for ServeConfig {
     }
 }
 
-/// Serves on the sockets `starting` bound, once every model is loaded, until shut down.
+/// Hands the loaded models to the server `starting` runs, and serves until it is shut down.
 pub async fn run(
     config: ServeConfig,
     starting: Starting,
@@ -114,14 +113,7 @@ pub async fn run(
     speakers: Speakers,
 ) -> std::io::Result<()> {
     let speakers = Arc::new(speakers);
-    let state = AppState { speakers, ..AppState::new(runtime, tokenizer, model_name, config.api_key) };
-    let max_body_bytes = config.max_body_bytes;
-    let mut server = HttpServer::new(move || app(state.clone(), max_body_bytes));
-    for listener in starting.finish().await? {
-        server = server.listen(listener)?;
-    }
-    tracing::info!("every model is loaded; serving");
-    server.run().await
+    starting.serve(AppState { speakers, ..AppState::new(runtime, tokenizer, model_name, config.api_key) }).await
 }
 
 pub(crate) fn unix_now() -> u64 {

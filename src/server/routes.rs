@@ -1,7 +1,10 @@
 //! Routes and handlers: read the body, parse, validate, submit, then stream or collect the reply.
 
+use std::rc::Rc;
+use std::sync::{Arc, OnceLock};
+
 use actix_web::body::{EitherBody, MessageBody};
-use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::dev::{Extensions, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::http::header;
 use actix_web::middleware::{from_fn, Next};
 use actix_web::{web, App, HttpRequest, HttpResponse, ResponseError};
@@ -23,7 +26,10 @@ pub(super) struct BodyLimit(pub usize);
 /// The key requests must present, if any.
 struct RequiredKey(Option<String>);
 
-/// The whole application: state, auth, routes, and JSON errors for unknown routes.
+/// The state handlers read, empty until every model is loaded; the app answers 503 until it is set.
+pub type Slot<B> = Arc<OnceLock<web::Data<AppState<B>>>>;
+
+/// The whole application over a loaded `state`: auth, routes, and JSON errors for unknown routes.
 pub fn app<B: Backend>(
     state: AppState<B>,
     max_body_bytes: usize,
@@ -36,13 +42,53 @@ pub fn app<B: Backend>(
         InitError = (),
     >,
 > {
+    let api_key = state.api_key.clone();
+    let slot = Slot::default();
+    let _ = slot.set(web::Data::new(state));
+    app_over(slot, api_key, max_body_bytes)
+}
+
+/// The whole application over a `slot` that `serve` fills once the models are loaded.
+pub fn app_over<B: Backend>(
+    slot: Slot<B>,
+    api_key: Option<String>,
+    max_body_bytes: usize,
+) -> App<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
     App::new()
-        .app_data(web::Data::new(RequiredKey(state.api_key.clone())))
+        .app_data(web::Data::new(RequiredKey(api_key)))
         .app_data(web::Data::new(BodyLimit(max_body_bytes)))
-        .app_data(web::Data::new(state))
+        .app_data(web::Data::new(slot))
+        .wrap(from_fn(until_loaded::<B>))
         .wrap(from_fn(require_api_key))
         .configure(configure::<B>)
         .default_service(web::to(not_found))
+}
+
+/// Hands the loaded state to the handlers; before it is set, `/health` says loading and every route is a 503.
+async fn until_loaded<B: Backend>(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let state = req.app_data::<web::Data<Slot<B>>>().and_then(|slot| slot.get().cloned());
+    let Some(state) = state else {
+        let response = match req.path() {
+            "/health" => HttpResponse::ServiceUnavailable().json(serde_json::json!({"status": "loading"})),
+            _ => ApiError::Loading.error_response(),
+        };
+        return Ok(req.into_response(response).map_into_right_body());
+    };
+    let mut data = Extensions::new();
+    data.insert(state);
+    req.add_data_container(Rc::new(data));
+    next.call(req).await.map(ServiceResponse::map_into_left_body)
 }
 
 /// The routes alone; they expect `web::Data<AppState<B>>` and the body limit registered by `app`.

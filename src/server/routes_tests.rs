@@ -260,3 +260,28 @@ async fn test_dropped_stream_cancels_the_request() {
     drop(body);
     assert!(sender.is_closed(), "a client gone must cancel the request");
 }
+
+#[actix_web::test]
+async fn test_routes_answer_503_until_the_slot_is_filled_then_serve() {
+    let slot = super::Slot::<Scripted>::default();
+    let service = test::init_service(super::app_over(slot.clone(), None, BODY_LIMIT)).await;
+    let response = test::call_service(&service, test::TestRequest::get().uri("/health").to_request()).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        json(std::str::from_utf8(&test::read_body(response).await).unwrap()),
+        serde_json::json!({"status": "loading"})
+    );
+    let req = test::TestRequest::post().uri("/v1/chat/completions").set_json(chat_body(false));
+    let response = test::call_service(&service, req.to_request()).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
+    let body = json(std::str::from_utf8(&test::read_body(response).await).unwrap());
+    assert_eq!(body["error"]["code"], "service_unavailable");
+
+    // The same service, without a restart, serves once the state is handed over.
+    assert!(slot.set(actix_web::web::Data::new(state(Scripted::new(Script::Reply), None))).is_ok());
+    let response = test::call_service(&service, test::TestRequest::get().uri("/health").to_request()).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let req = test::TestRequest::post().uri("/v1/chat/completions").set_json(chat_body(false));
+    assert_eq!(test::call_service(&service, req.to_request()).await.status(), StatusCode::OK);
+}

@@ -1,104 +1,65 @@
-//! The port bound before the models load: it answers 503 on every route until `finish` hands it to the real server.
+//! The server, started before the models load: it answers 503 until `serve` hands it the loaded state.
 
 use std::io;
 use std::net::{TcpListener, ToSocketAddrs};
 use std::thread::JoinHandle;
 
-use actix_web::body::MessageBody;
-use actix_web::dev::{ServerHandle, ServiceFactory, ServiceRequest, ServiceResponse};
-use actix_web::http::KeepAlive;
-use actix_web::{web, App, HttpResponse, HttpServer};
+use actix_web::HttpServer;
+use tokio::sync::oneshot;
 
-use super::error::ApiError;
+use super::routes::{app_over, Slot};
+use super::{AppState, ServeConfig};
 
-/// Bound sockets served by a small loading server on its own thread.
+/// The running HTTP server, on its own thread, and the slot its handlers wait on.
 pub struct Starting {
-    listeners: Vec<TcpListener>,
-    handle: ServerHandle,
-    thread: Option<JoinHandle<io::Result<()>>>,
+    slot: Slot<tensorfold_actors::runtime::Runtime>,
+    stopped: oneshot::Receiver<io::Result<()>>,
+    thread: JoinHandle<()>,
 }
 
 impl Starting {
-    /// Binds every address `host:port` resolves to, prints `listening on http://ADDR` for each, and answers 503.
-    pub fn bind(host: &str, port: u16) -> io::Result<Starting> {
+    /// Binds every address the host resolves to, prints `listening on http://ADDR` for each, and starts serving.
+    pub fn bind(config: &ServeConfig) -> io::Result<Starting> {
         let mut listeners = Vec::new();
-        for addr in (host, port).to_socket_addrs()? {
+        for addr in (config.host.as_str(), config.port).to_socket_addrs()? {
             let listener = TcpListener::bind(addr)?;
             eprintln!("listening on http://{}", listener.local_addr()?);
             listeners.push(listener);
         }
         if listeners.is_empty() {
-            return Err(io::Error::new(io::ErrorKind::AddrNotAvailable, format!("{host} resolves to no address")));
+            let why = format!("{} resolves to no address", config.host);
+            return Err(io::Error::new(io::ErrorKind::AddrNotAvailable, why));
         }
-        let copies = listeners.iter().map(TcpListener::try_clone).collect::<io::Result<Vec<_>>>()?;
-        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
-        let thread = std::thread::Builder::new().name("tf-loading-http".into()).spawn(move || {
+        let slot = Slot::default();
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (stopped_tx, stopped) = oneshot::channel();
+        let (app_slot, api_key, max_body_bytes) = (slot.clone(), config.api_key.clone(), config.max_body_bytes);
+        let thread = std::thread::Builder::new().name("tf-http".into()).spawn(move || {
             actix_web::rt::System::new().block_on(async move {
-                // Without keep-alive the graceful stop has no idle connection to wait for.
-                let mut server = HttpServer::new(loading_app)
-                    .workers(1)
-                    .keep_alive(KeepAlive::Disabled)
-                    .shutdown_timeout(1)
-                    .disable_signals();
-                for listener in copies {
-                    server = server.listen(listener)?;
-                }
-                let server = server.run();
-                let _ = handle_tx.send(server.handle());
-                server.await
+                let server = listeners.into_iter().try_fold(
+                    HttpServer::new(move || app_over(app_slot.clone(), api_key.clone(), max_body_bytes)),
+                    HttpServer::listen,
+                );
+                let server = match server {
+                    Ok(server) => server.run(),
+                    Err(e) => return drop(started_tx.send(Err(e))),
+                };
+                let _ = started_tx.send(Ok(()));
+                let _ = stopped_tx.send(server.await);
             })
         })?;
-        match handle_rx.recv() {
-            Ok(handle) => Ok(Starting { listeners, handle, thread: Some(thread) }),
-            Err(_) => Err(thread
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("the loading server panicked")))
-                .err()
-                .unwrap_or_else(|| io::Error::other("the loading server stopped before it started"))),
+        started_rx.recv().unwrap_or_else(|_| Err(io::Error::other("the HTTP server's thread ended")))?;
+        Ok(Starting { slot, stopped, thread })
+    }
+
+    /// Hands the loaded state to the handlers, so `/health` turns 200, and serves until the server stops.
+    pub async fn serve(self, state: AppState) -> io::Result<()> {
+        if self.slot.set(actix_web::web::Data::new(state)).is_err() {
+            return Err(io::Error::other("the server was handed its state twice"));
         }
+        tracing::info!("every model is loaded; serving");
+        let result = self.stopped.await.unwrap_or_else(|_| Err(io::Error::other("the HTTP server's thread ended")));
+        let _ = self.thread.join();
+        result
     }
-
-    /// Stops the loading server and gives back the sockets; connections arriving meanwhile wait in the backlog.
-    pub async fn finish(mut self) -> io::Result<Vec<TcpListener>> {
-        self.handle.stop(true).await;
-        self.join()?;
-        Ok(std::mem::take(&mut self.listeners))
-    }
-
-    fn join(&mut self) -> io::Result<()> {
-        match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(result)) => result,
-            Some(Err(_)) => Err(io::Error::other("the loading server panicked")),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Starting {
-    fn drop(&mut self) {
-        if self.thread.is_some() {
-            // Sent at once; the returned future only waits for the stop.
-            drop(self.handle.stop(false));
-            let _ = self.join();
-        }
-    }
-}
-
-/// What the port answers while the models load: `/health` as `{"status": "loading"}`, anything else an API error.
-pub fn loading_app() -> App<
-    impl ServiceFactory<
-        ServiceRequest,
-        Config = (),
-        Response = ServiceResponse<impl MessageBody>,
-        Error = actix_web::Error,
-        InitError = (),
-    >,
-> {
-    App::new()
-        .route(
-            "/health",
-            web::get()
-                .to(|| async { HttpResponse::ServiceUnavailable().json(serde_json::json!({"status": "loading"})) }),
-        )
-        .default_service(web::to(|| async { Err::<HttpResponse, _>(ApiError::Loading) }))
 }
