@@ -116,16 +116,22 @@ fn opus_decode(bytes: Vec<u8>) -> Vec<i16> {
     }
 }
 
-/// The SNR in dB of `decoded` against `reference`, at the delay in 0..=MAX_DELAY that gives the best, and that delay.
+/// The SNR in dB of `decoded` against `reference`, at the delay in 0..=MAX_DELAY that fits a second of it best.
 fn aligned_snr(reference: &[i16], decoded: &[i16]) -> (f64, usize) {
-    let signal: f64 = reference.iter().map(|&s| f64::from(s).powi(2)).sum();
-    let noise_at = |delay: usize| -> f64 {
-        let shifted = decoded.iter().skip(delay).map(|&s| f64::from(s)).chain(std::iter::repeat(0.0));
-        reference.iter().zip(shifted).map(|(&r, d)| (f64::from(r) - d).powi(2)).sum()
+    let noise_at = |delay: usize, span: std::ops::Range<usize>| -> f64 {
+        let shifted = decoded.iter().skip(delay + span.start).map(|&s| f64::from(s)).chain(std::iter::repeat(0.0));
+        reference[span].iter().zip(shifted).map(|(&r, d)| (f64::from(r) - d).powi(2)).sum()
     };
-    let (delay, noise) =
-        (0..=MAX_DELAY.min(decoded.len())).map(|d| (d, noise_at(d))).min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
-    (10.0 * (signal / noise.max(1.0)).log10(), delay)
+    // The delay is chosen on the loudest second and the SNR measured over the whole.
+    let second = SAMPLE_RATE as usize;
+    let energy = |start: usize| reference[start..].iter().take(second).map(|&s| f64::from(s).powi(2)).sum::<f64>();
+    let starts = (0..reference.len()).step_by(second / 4).map(|start| (start, energy(start)));
+    let (loudest, _) = starts.max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((0, 0.0));
+    let probe = loudest..(loudest + second).min(reference.len());
+    let delays = (0..=MAX_DELAY.min(decoded.len())).map(|delay| (delay, noise_at(delay, probe.clone())));
+    let (delay, _) = delays.min_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((0, 0.0));
+    let signal: f64 = reference.iter().map(|&s| f64::from(s).powi(2)).sum();
+    (10.0 * (signal / noise_at(delay, 0..reference.len()).max(1.0)).log10(), delay)
 }
 
 /// Every format of one request against its PCM; lossy ones only where the audio is speech.
