@@ -10,6 +10,10 @@ use tokio::sync::oneshot;
 use super::routes::{app_over, Slot};
 use super::{AppState, ServeConfig};
 
+/// How long an idle connection stays open: longer than routers' and proxies' pools keep theirs (90 s for
+/// reqwest's), so a pooled connection is never closed under the request sent on it.
+const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// The running HTTP server, on its own thread, and the slot its handlers wait on.
 pub struct Starting {
     slot: Slot<tensorfold_actors::runtime::Runtime>,
@@ -36,10 +40,9 @@ impl Starting {
         let (app_slot, api_key, max_body_bytes) = (slot.clone(), config.api_key.clone(), config.max_body_bytes);
         let thread = std::thread::Builder::new().name("tf-http".into()).spawn(move || {
             actix_web::rt::System::new().block_on(async move {
-                let server = listeners.into_iter().try_fold(
-                    HttpServer::new(move || app_over(app_slot.clone(), api_key.clone(), max_body_bytes)),
-                    HttpServer::listen,
-                );
+                let server = HttpServer::new(move || app_over(app_slot.clone(), api_key.clone(), max_body_bytes))
+                    .keep_alive(KEEP_ALIVE);
+                let server = listeners.into_iter().try_fold(server, HttpServer::listen);
                 let server = match server {
                     Ok(server) => server.run(),
                     Err(e) => return drop(started_tx.send(Err(e))),
