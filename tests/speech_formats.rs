@@ -6,8 +6,8 @@ mod common;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
 use common::server::Server;
+use common::speech::{sse_speech, SseSpeech};
 use serde_json::{json, Value};
 use symphonia::core::audio::SampleBuffer;
 use symphonia::core::codecs::DecoderOptions;
@@ -180,28 +180,6 @@ fn test_every_format_decodes_back_to_the_pcm_of_the_same_request() {
     check_formats(&server, "heart", true);
 }
 
-/// The audio of an SSE reply and the number of delta events that carried it.
-fn sse_audio(server: &Server, body: &Value) -> (Vec<u8>, usize) {
-    let mut body = body.clone();
-    body["stream_format"] = json!("sse");
-    let mut stream = server.stream(SPEECH, &body);
-    if stream.status != 200 {
-        let status = stream.status;
-        panic!("{body}: status {status}: {}", stream.rest());
-    }
-    let events = stream.collect_data().expect("reading the SSE stream");
-    let (done, deltas) = events.split_last().unwrap_or_else(|| panic!("no events for {body}"));
-    assert!(done.contains("speech.audio.done"), "the stream ends with {done}");
-    let mut audio = Vec::new();
-    for data in deltas {
-        let event: Value = serde_json::from_str(data).unwrap_or_else(|e| panic!("event {data:?}: {e}"));
-        assert_eq!(event["type"], "speech.audio.delta", "{event}");
-        let chunk = event["audio"].as_str().unwrap_or_else(|| panic!("no audio in {event}"));
-        audio.extend(base64::engine::general_purpose::STANDARD.decode(chunk).expect("base64 audio"));
-    }
-    (audio, deltas.len())
-}
-
 #[test]
 fn test_sse_carries_every_format_as_it_is_encoded() {
     let server = server();
@@ -210,7 +188,7 @@ fn test_sse_carries_every_format_as_it_is_encoded() {
         for format in ["mp3", "opus", "aac", "flac", "wav", "pcm"] {
             let request = body(voice, format);
             let chunked = server.post_json(SPEECH, &request).body;
-            let (sse, num_deltas) = sse_audio(&server, &request);
+            let SseSpeech { audio: sse, num_deltas, .. } = sse_speech(&server, &request);
             assert!(
                 sse == chunked,
                 "{voice} {format}: SSE carried {} bytes, the chunked reply {}",

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use common::server::{Response, Server};
+use common::speech::{sse_speech, SseSpeech};
 use common::Rng;
 use serde_json::{json, Value};
 
@@ -127,31 +127,6 @@ impl WavHeader {
     }
 }
 
-/// The audio bytes of an SSE speech reply, its deltas decoded and joined, and the done event's usage.
-fn sse_audio(server: &Server, body: &Value) -> (Vec<u8>, Value) {
-    let mut body = body.clone();
-    body["stream_format"] = json!("sse");
-    let mut stream = server.stream(SPEECH, &body);
-    if stream.status != 200 {
-        let status = stream.status;
-        panic!("{body}: status {status}: {}", stream.rest());
-    }
-    let content_type = stream.header("content-type").unwrap_or_default().to_string();
-    assert!(content_type.starts_with("text/event-stream"), "content-type {content_type:?}");
-    let events = stream.collect_data().expect("reading the SSE stream");
-    let (last, deltas) = events.split_last().unwrap_or_else(|| panic!("no events for {body}"));
-    let mut audio = Vec::new();
-    for data in deltas {
-        let event: Value = serde_json::from_str(data).unwrap_or_else(|e| panic!("event {data:?}: {e}"));
-        assert_eq!(event["type"], "speech.audio.delta", "{event}");
-        let chunk = event["audio"].as_str().unwrap_or_else(|| panic!("no audio in {event}"));
-        audio.extend(base64::engine::general_purpose::STANDARD.decode(chunk).expect("base64 audio"));
-    }
-    let done: Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("last event {last:?}: {e}"));
-    assert_eq!(done["type"], "speech.audio.done", "the stream ends with {done}");
-    (audio, done["usage"].clone())
-}
-
 /// `tensorfold speak` into a temporary WAV: its spec and its samples as 16-bit little-endian bytes.
 fn speak_cli(text: &str, voice: &str, seed: u64) -> (hound::WavSpec, Vec<u8>) {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -186,12 +161,12 @@ fn test_wav_pcm_sse_and_speak_carry_the_same_samples() {
     assert_eq!(WavHeader::parse(&wav_reply.body), WavHeader::streaming());
     assert!(wav_reply.body[WAV_HEADER_BYTES..] == pcm[..], "WAV samples differ from PCM for the same seed");
 
-    let (sse_pcm, usage) = sse_audio(&server, &speech_body(text, voice, seed, "pcm"));
+    let SseSpeech { audio: sse_pcm, usage, .. } = sse_speech(&server, &speech_body(text, voice, seed, "pcm"));
     assert!(sse_pcm == pcm, "SSE deltas ({} bytes) differ from PCM ({} bytes)", sse_pcm.len(), pcm.len());
     let (input, output) = (usage["input_tokens"].as_u64(), usage["output_tokens"].as_u64());
     assert!(input.is_some_and(|n| n > 0) && output.is_some_and(|n| n > 0), "usage {usage}");
     assert_eq!(usage["total_tokens"].as_u64(), Some(input.unwrap_or(0) + output.unwrap_or(0)), "usage {usage}");
-    let (sse_wav, _) = sse_audio(&server, &speech_body(text, voice, seed, "wav"));
+    let sse_wav = sse_speech(&server, &speech_body(text, voice, seed, "wav")).audio;
     assert!(sse_wav == wav_reply.body, "SSE WAV deltas differ from the WAV reply");
 
     let (spec, cli) = speak_cli(text, voice, seed);

@@ -5,6 +5,7 @@
 pub mod cuda;
 pub mod events;
 pub mod server;
+pub mod speech;
 use std::sync::OnceLock;
 
 use tensorfold_engine::model::LoadedModel;
