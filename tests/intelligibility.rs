@@ -1,5 +1,7 @@
 //! pocketsphinx (a recognizer we did not write) understands `tensorfold speak`; reversed speech and noise do not.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -24,20 +26,6 @@ const SENTENCES: [&str; 12] = [
     "We need to finish the report by Friday.",
     "Can you help me find the station?",
 ];
-
-/// `TF_TEST_PYTHON`, else `python3`; `None` (a skip) when it cannot import pocketsphinx, unless `CI` is set.
-fn python_with_pocketsphinx() -> Option<String> {
-    let python = std::env::var("TF_TEST_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let probe = Command::new(&python).args(["-c", "import pocketsphinx"]).output();
-    let why = match probe {
-        Ok(output) if output.status.success() => return Some(python),
-        Ok(output) => String::from_utf8_lossy(&output.stderr).lines().last().unwrap_or_default().to_string(),
-        Err(error) => error.to_string(),
-    };
-    assert!(std::env::var_os("CI").is_none(), "CI is set but {python} cannot import pocketsphinx: {why}");
-    println!("skipping: {python} cannot import pocketsphinx ({why}); set TF_TEST_PYTHON to a Python that can");
-    None
-}
 
 /// Speaks each sentence with its own fixed seed into `dir`; returns the WAV paths in order.
 fn speak_all(dir: &Path) -> Vec<PathBuf> {
@@ -94,7 +82,7 @@ fn word_error_rate(asr: Child, num_sentences: usize) -> (f64, String) {
 
 #[test]
 fn test_default_voice_is_intelligible_to_pocketsphinx() {
-    let Some(python) = python_with_pocketsphinx() else { return };
+    let Some(python) = common::python_importing("pocketsphinx") else { return };
     let dir = tempfile::tempdir().expect("a temporary directory");
     let wavs = speak_all(dir.path());
 

@@ -7,23 +7,9 @@ use std::process::Command;
 
 use common::server::Server;
 
-/// `TF_TEST_PYTHON`, else `python3`; `None` (a skip) when it cannot import openai and av, unless `CI` is set.
-fn python_with_openai() -> Option<String> {
-    let python = std::env::var("TF_TEST_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let probe = Command::new(&python).args(["-c", "import openai, av"]).output();
-    let why = match probe {
-        Ok(output) if output.status.success() => return Some(python),
-        Ok(output) => String::from_utf8_lossy(&output.stderr).lines().last().unwrap_or_default().to_string(),
-        Err(error) => error.to_string(),
-    };
-    assert!(std::env::var_os("CI").is_none(), "CI is set but {python} cannot import openai: {why}");
-    println!("skipping: {python} cannot import openai and av ({why}); set TF_TEST_PYTHON to a Python that can");
-    None
-}
-
 #[test]
 fn test_official_openai_client_works() {
-    let Some(python) = python_with_openai() else { return };
+    let Some(python) = common::python_importing("openai, av") else { return };
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let drama = root.join("tests/data/drama");
     let server = Server::start(&["--speech-model", drama.to_str().expect("a UTF-8 path")]);

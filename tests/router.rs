@@ -20,20 +20,6 @@ const NUM_CLIENTS: usize = 4;
 /// The router waits for both replicas' `/health` before it serves.
 const ROUTER_START: Duration = Duration::from_secs(120);
 
-/// `TF_TEST_PYTHON`, else `python3`; `None` (a skip) when it cannot import vllm_router, unless `CI` is set.
-fn python_with_router() -> Option<String> {
-    let python = std::env::var("TF_TEST_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let probe = Command::new(&python).args(["-c", "import vllm_router.launch_router"]).output();
-    let why = match probe {
-        Ok(output) if output.status.success() => return Some(python),
-        Ok(output) => String::from_utf8_lossy(&output.stderr).lines().last().unwrap_or_default().to_string(),
-        Err(error) => error.to_string(),
-    };
-    assert!(std::env::var_os("CI").is_none(), "CI is set but {python} cannot import vllm_router: {why}");
-    println!("skipping: {python} cannot import vllm_router ({why}); set TF_TEST_PYTHON to a Python that can");
-    None
-}
-
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free loopback port").port()
 }
@@ -133,7 +119,7 @@ fn requests_served(server: &Server) -> f64 {
 
 #[test]
 fn test_two_replicas_behind_vllm_router_share_requests_and_survive_one_stopping() {
-    let Some(python) = python_with_router() else { return };
+    let Some(python) = common::python_importing("vllm_router.launch_router") else { return };
     let first = Server::start(&["--no-voice"]);
     let second = Server::start(&["--no-voice"]);
     let router = Router::start(&python, &[&first, &second]);
