@@ -52,6 +52,8 @@ fn lane_request(prompt: Vec<u32>, seed: u64, cache: bool, draft: bool, temperatu
         logprobs: None,
         cache,
         draft,
+        rules: Default::default(),
+        constraint: None,
         output: Output::Text(Box::new(Ids)),
     };
     ValidRequest { model: "qwen2".into(), work: Work::Tokens(work) }

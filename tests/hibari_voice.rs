@@ -99,6 +99,8 @@ fn chat(i: usize) -> ValidRequest {
         logprobs: None,
         cache: false,
         draft: false,
+        rules: Default::default(),
+        constraint: None,
         output: Output::Text(Box::new(TokenizerDecoder::new(tokenizer))),
     };
     ValidRequest { model: "text".into(), work: Work::Tokens(work) }

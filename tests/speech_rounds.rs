@@ -96,6 +96,8 @@ fn chat(tokenizer: &Arc<Tokenizer>, model: &str, i: usize) -> ValidRequest {
         logprobs: None,
         cache: false,
         draft: false,
+        rules: Default::default(),
+        constraint: None,
         output: Output::Text(Box::new(TokenizerDecoder::new(tokenizer.clone()))),
     };
     ValidRequest { model: model.to_string(), work: Work::Tokens(work) }

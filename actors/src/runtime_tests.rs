@@ -102,6 +102,8 @@ pub(crate) fn work(i: u64) -> TokenWork {
         logprobs: None,
         cache: true,
         draft: false,
+        rules: Default::default(),
+        constraint: None,
         output: Output::Text(Box::new(Ids)),
     }
 }

@@ -197,6 +197,35 @@ pub trait VoiceState: Send {
     fn step(&mut self) -> Result<Option<Vec<f32>>, EngineError>;
 }
 
+/// Changes to a lane's logits before its draw, each a pure function of the lane's own tokens.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LogitRules {
+    /// Added to the named tokens' logits (OpenAI's `logit_bias`), in id order.
+    pub bias: Vec<(u32, f32)>,
+    /// Subtracted once from the logit of every token generated so far (OpenAI's `presence_penalty`).
+    pub presence: f32,
+    /// Subtracted from a token's logit once per time it was generated (OpenAI's `frequency_penalty`).
+    pub frequency: f32,
+}
+
+impl LogitRules {
+    pub fn is_empty(&self) -> bool {
+        self.bias.is_empty() && self.presence == 0.0 && self.frequency == 0.0
+    }
+}
+
+/// A grammar that a lane's generated tokens must follow; its state is the tokens committed so far.
+pub trait Constraint: Send {
+    /// The tokens allowed next: bit `i % 32` of word `i / 32` for token `i`, over the vocabulary.
+    fn allowed(&mut self) -> Result<Vec<u32>, String>;
+    /// Takes the drawn token, which `allowed` allowed.
+    fn commit(&mut self, id: u32) -> Result<(), String>;
+    /// Takes back the last `n` committed tokens.
+    fn rollback(&mut self, n: usize) -> Result<(), String>;
+    /// Whether the grammar is complete and allows no further token.
+    fn is_done(&mut self) -> bool;
+}
+
 /// What a token lane's tokens become.
 pub enum Output {
     Text(Box<dyn TextDecoder>),
@@ -218,6 +247,10 @@ pub struct TokenWork {
     pub cache: bool,
     /// Decoding may draft tokens from the lane's own text and verify them; the output is the same either way.
     pub draft: bool,
+    /// Bias and penalties on the logits before each draw.
+    pub rules: LogitRules,
+    /// A grammar the generated tokens follow: disallowed tokens are masked before each draw.
+    pub constraint: Option<Box<dyn Constraint>>,
     pub output: Output,
 }
 

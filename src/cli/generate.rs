@@ -110,6 +110,8 @@ pub fn generate(args: GenerateArgs, settings: &Settings) -> Result<()> {
         logprobs: None,
         cache: false,
         draft: false,
+        rules: Default::default(),
+        constraint: None,
         output: Output::Text(Box::new(TokenizerDecoder::new(tokenizer))),
     };
     let request = ValidRequest { model: spec.name.clone(), work: Work::Tokens(work) };

@@ -157,6 +157,8 @@ fn build(
         logprobs,
         cache: common.cache.unwrap_or(true),
         draft: common.draft.unwrap_or(true),
+        rules: Default::default(),
+        constraint: None,
         output: Output::Text(Box::new(TokenizerDecoder::new(Arc::clone(tokenizer)))),
     };
     Ok(Validated { request, reply })

@@ -88,6 +88,8 @@ impl SpeechFrontEnd {
             logprobs: None,
             cache: true,
             draft: false,
+            rules: Default::default(),
+            constraint: None,
             output: Output::Speech(Box::new(frames)),
         })
     }
