@@ -67,7 +67,7 @@ async fn collect(runtime: &Runtime, req: ValidRequest) -> Vec<u32> {
             Event::Token { id, .. } => ids.push(id),
             Event::Done { .. } => return ids,
             Event::Error(e) => panic!("{e}"),
-            Event::Audio { .. } => panic!("audio from a text lane"),
+            Event::Audio { .. } | Event::Embedding { .. } => panic!("audio from a text lane"),
         }
     }
     ids

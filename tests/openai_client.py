@@ -156,6 +156,7 @@ def main():
         ("chat_stream", chat_streaming),
         ("completions", completions),
         ("bad_request", bad_request_surfaces),
+        ("embeddings", embeddings),
     ]
     if args.speech:
         cases += [("speech_pcm", speech_pcm), ("speech_wav", speech_wav), ("speech_default_voice", default_voice)]
@@ -176,6 +177,26 @@ def main():
         failures += 1
         print("FAIL the WAV samples differ from the PCM of the same seed")
     sys.exit(1 if failures else 0)
+
+
+def embeddings(client, model):
+    """/v1/embeddings: floats, base64 asked for (the string, which the client leaves alone) and the client's default
+    (it asks for base64 and decodes it itself) give the same unit vectors."""
+    import base64
+
+    texts = ["The cat sat on the mat.", "Quarterly revenue rose by eight percent."]
+    floats = client.embeddings.create(model=model, input=texts, encoding_format="float")
+    raw = client.embeddings.create(model=model, input=texts, encoding_format="base64")
+    default = client.embeddings.create(model=model, input=texts)
+    check(len(floats.data) == len(texts) and floats.usage.prompt_tokens > 0, f"floats reply: {floats}")
+    for f, r, d in zip(floats.data, raw.data, default.data):
+        check(isinstance(r.embedding, str), f"base64 asked for, got {type(r.embedding).__name__}")
+        decoded = array.array("f", base64.b64decode(r.embedding)).tolist()
+        check(d.embedding == decoded, "the client's decoded default differs from the base64 asked for")
+        check(max(abs(a - b) for a, b in zip(f.embedding, decoded)) < 1e-6, "floats differ from base64")
+        norm = sum(v * v for v in decoded) ** 0.5
+        check(abs(norm - 1) < 1e-4, f"norm {norm}")
+    return len(floats.data[0].embedding)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ use tensorfold_engine::boundary::{CodecJob, EngineError, FrameSink};
 use tensorfold_kernels::sampling::SamplingParams;
 
 use crate::draft::Drafter;
+use crate::embed::{EmbedLanes, EmbedRequest, LaneEmbedding};
 use crate::kv::{Lease, PagePool};
 use crate::metrics::Metrics;
 use crate::request::{LaneFailed, LanePcm, LaneToken, VoiceAudio};
@@ -49,6 +50,17 @@ pub struct EnqueueVoice {
     pub model: ModelId,
     pub input: tensorfold_engine::boundary::VoiceInput,
     pub to: Recipient<VoiceAudio>,
+}
+
+/// An embedding request waiting for a lane.
+#[derive(Message)]
+#[rtype(result = "Result<(), SubmitError>")]
+pub struct EnqueueEmbed {
+    pub lane_id: u64,
+    pub model: ModelId,
+    pub prompt: Vec<u32>,
+    pub cache: bool,
+    pub to: Recipient<LaneEmbedding>,
 }
 
 /// The request is gone (finished, failed or its client left): drop its lane and lease now.
@@ -169,6 +181,7 @@ pub struct Coordinator {
     /// Where the PCM of the round in flight goes, in plan order.
     decoding: Vec<Recipient<LanePcm>>,
     voices: VoiceLanes,
+    embeds: EmbedLanes,
     in_flight: bool,
     metrics: Arc<Metrics>,
 }
@@ -192,6 +205,7 @@ impl Coordinator {
             codec: VecDeque::new(),
             decoding: Vec::new(),
             voices: VoiceLanes::default(),
+            embeds: EmbedLanes::default(),
             in_flight: false,
             metrics,
         };
@@ -225,11 +239,11 @@ impl Coordinator {
     }
 
     fn num_running(&self) -> usize {
-        self.lanes.len() + self.voices.num_running()
+        self.lanes.len() + self.voices.num_running() + self.embeds.num_running()
     }
 
     fn num_waiting(&self) -> usize {
-        self.waiting.len() + self.voices.num_waiting()
+        self.waiting.len() + self.voices.num_waiting() + self.embeds.num_waiting()
     }
 
     /// Token and voice requests take free lanes in turn.
@@ -242,6 +256,9 @@ impl Coordinator {
             }
             if self.num_running() < self.schedule.parallel {
                 progress |= self.voices.admit_one();
+            }
+            if self.num_running() < self.schedule.parallel {
+                progress |= self.embeds.admit_one(&self.pages);
             }
         }
     }
@@ -335,9 +352,11 @@ impl Coordinator {
                     start_pos: start,
                     pages: lane.lease.pages().to_vec(),
                     sample,
+                    embed: false,
                 });
             }
         }
+        self.plan_embeds(&mut plan);
         self.plan_catch_ups(&mut plan);
         for window in self.codec.drain(..) {
             plan.codec.push(PlannedCodec { lane_id: window.lane_id, model: window.model, job: window.job });
@@ -345,6 +364,12 @@ impl Coordinator {
         }
         plan.voices = self.voices.plan();
         plan
+    }
+
+    /// Embedding lanes' prompt chunks share what the token lanes left of the round's budget.
+    fn plan_embeds(&mut self, plan: &mut RoundPlan) {
+        let used: usize = plan.lanes.iter().map(|l| l.tokens.len()).sum();
+        self.embeds.plan(self.schedule.round_tokens.saturating_sub(used), &mut plan.lanes);
     }
 
     /// Draft models that lag their lanes take the lanes' known tokens, within a round's token budget of their own.
@@ -367,7 +392,7 @@ impl Coordinator {
     }
 
     /// Takes a round's results into the lanes; what the requests must hear goes in the returned outbox.
-    fn apply(&mut self, output: RoundOutput) -> Outbox {
+    fn apply(&mut self, mut output: RoundOutput) -> Outbox {
         let mut outbox = Outbox::default();
         self.metrics.inc_rounds();
         self.metrics.add_generated(output.sampled.len());
@@ -377,7 +402,9 @@ impl Coordinator {
                 outbox.failed.push((lane.request.failed, LaneFailed { error: error.clone() }));
             }
             self.voices.fail(*lane_id, error);
+            self.embeds.fail(*lane_id, error);
         }
+        self.embeds.apply(std::mem::take(&mut output.hidden));
         for (lane_id, drafted) in &output.drafts {
             if let Some(lane) = self.lanes.iter_mut().find(|l| l.request.lane_id == *lane_id) {
                 lane.drafter.pending = *drafted;
@@ -466,6 +493,7 @@ impl Coordinator {
             outbox.pcm.push((to, LanePcm(Err(why.clone()))));
         }
         self.voices.fail_running(why);
+        self.embeds.fail_running(why);
         // A failed round may have left pages half written: no later prompt resumes from them.
         for pool in &self.pages {
             pool.clear_cache();
@@ -527,7 +555,28 @@ impl Handler<Release> for Coordinator {
         self.lanes.retain(|l| l.request.lane_id != msg.lane_id);
         self.codec.retain(|w| w.lane_id != msg.lane_id);
         self.voices.release(msg.lane_id);
+        self.embeds.release(msg.lane_id);
         self.publish();
         self.tick(ctx);
+    }
+}
+
+impl Handler<EnqueueEmbed> for Coordinator {
+    type Result = Result<(), SubmitError>;
+
+    fn handle(&mut self, msg: EnqueueEmbed, ctx: &mut Context<Self>) -> Self::Result {
+        let pages = &self.pages[msg.model];
+        let needed = pages.pages_for(msg.prompt.len());
+        if needed > pages.num_total() {
+            return Err(SubmitError::TooLarge { needed, total: pages.num_total() });
+        }
+        if self.num_waiting() >= self.schedule.max_waiting {
+            return Err(SubmitError::QueueFull(self.num_waiting()));
+        }
+        self.metrics.inc_requests();
+        let EnqueueEmbed { lane_id, model, prompt, cache, to } = msg;
+        self.embeds.enqueue(EmbedRequest { lane_id, model, prompt, cache, to });
+        self.tick(ctx);
+        Ok(())
     }
 }

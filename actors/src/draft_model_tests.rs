@@ -32,7 +32,7 @@ impl Engine for HistoryEngine {
             }
             let first = match l.logits {
                 Logits::None => l.tokens.len(),
-                Logits::All | Logits::Picks => 0,
+                Logits::All | Logits::Picks | Logits::Hidden => 0,
                 Logits::Last | Logits::Argmax => l.tokens.len() - 1,
             };
             let mut rows = Vec::new();

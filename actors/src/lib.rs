@@ -5,6 +5,7 @@ pub mod cuda_driver;
 pub mod device;
 pub mod draft;
 pub mod draft_model;
+pub mod embed;
 pub mod kv;
 mod kv_room;
 pub mod ledger;

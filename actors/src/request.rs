@@ -8,6 +8,7 @@ use tensorfold_engine::boundary::{EngineError, TextDecoder};
 use tokio::sync::mpsc;
 
 use crate::coordinator::{Coordinator, Release};
+use crate::embed::LaneEmbedding;
 use crate::metrics::Metrics;
 use crate::request_types::{Event, FinishReason, TokenLogprob, Usage};
 use crate::stop::StopMatcher;
@@ -69,12 +70,15 @@ pub enum Stream {
     Speech,
     /// Audio made by a voice lane, which has no tokens.
     Voice,
+    /// One pooled vector of an embedding lane, which draws no tokens.
+    Embed,
 }
 
 enum Tokens {
     Text { decoder: Box<dyn TextDecoder>, stops: StopMatcher },
     Speech(Speech),
     Voice,
+    Embed,
 }
 
 pub struct RequestActor {
@@ -102,6 +106,7 @@ impl RequestActor {
             Stream::Text { decoder, stop_strings } => Tokens::Text { decoder, stops: StopMatcher::new(stop_strings) },
             Stream::Speech => Tokens::Speech(Speech::default()),
             Stream::Voice => Tokens::Voice,
+            Stream::Embed => Tokens::Embed,
         };
         RequestActor {
             lane_id,
@@ -200,7 +205,7 @@ impl Handler<LaneToken> for RequestActor {
         match self.tokens {
             Tokens::Text { .. } => self.text_token(msg, ctx),
             Tokens::Speech(_) => self.speech_token(msg, ctx),
-            Tokens::Voice => {}
+            Tokens::Voice | Tokens::Embed => {}
         }
     }
 }
@@ -258,6 +263,19 @@ impl Handler<LaneFailed> for RequestActor {
 
     fn handle(&mut self, msg: LaneFailed, ctx: &mut Context<Self>) {
         self.send(Event::Error(msg.error), ctx);
+        ctx.stop();
+    }
+}
+
+impl Handler<LaneEmbedding> for RequestActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: LaneEmbedding, ctx: &mut Context<Self>) {
+        self.observe_latency();
+        match msg.0 {
+            Ok(vector) => self.send(Event::Embedding { vector, usage: self.usage }, ctx),
+            Err(error) => self.send(Event::Error(error), ctx),
+        }
         ctx.stop();
     }
 }

@@ -1,6 +1,8 @@
 //! The seam between HTTP and the runtime: a validated request in, a stream of events out.
 
-pub use tensorfold_engine::boundary::{EngineError, FrameSink, Output, TextDecoder, TokenWork, VoiceInput, Work};
+pub use tensorfold_engine::boundary::{
+    EmbedWork, EngineError, FrameSink, Output, TextDecoder, TokenWork, VoiceInput, Work,
+};
 
 /// A request that passed validation, for the registered model it names; nothing downstream re-checks it.
 pub struct ValidRequest {
@@ -55,6 +57,11 @@ pub enum Event {
     },
     Done {
         finish: FinishReason,
+        usage: Usage,
+    },
+    /// An embedding request's pooled vector (mean of the prompt's final hidden states, unit L2 norm); the last event.
+    Embedding {
+        vector: Vec<f32>,
         usage: Usage,
     },
     /// A failure after the stream started, named by the engine's error; the last event.

@@ -33,6 +33,8 @@ pub struct PlannedLane {
     pub pages: Vec<u32>,
     /// `Some` when this step ends the lane's known tokens, so a new token is drawn.
     pub sample: Option<SampleSpec>,
+    /// An embedding lane's prompt chunk: the step returns every row's final hidden state, and nothing is drawn.
+    pub embed: bool,
 }
 
 /// A lane's turn on its draft model, before the round's forward pass: the draft model's KV takes `tokens` from
@@ -92,4 +94,6 @@ pub struct RoundOutput {
     pub voices: Vec<VoiceOutput>,
     /// Token lanes whose forward pass failed this round; they end with the error.
     pub failed: Vec<(u64, EngineError)>,
+    /// Each embedding lane's hidden rows of this round, `hidden_size` values a row, in position order.
+    pub hidden: Vec<(u64, Vec<f32>)>,
 }

@@ -104,7 +104,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// Draft models' steps, each model's lanes in one batched forward pass, then the round's codec windows.
 fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
     let drafts = crate::draft_model::draft(models, &mut plan);
-    let (mut sampled, mut failed) = (Vec::new(), Vec::new());
+    let (mut sampled, mut failed, mut hidden) = (Vec::new(), Vec::new(), Vec::new());
     for (m, slot) in models.iter_mut().enumerate() {
         let ModelSlot::Tokens { engine, pool, .. } = slot else { continue };
         let lanes: Vec<&PlannedLane> = plan.lanes.iter().filter(|l| l.model == m).collect();
@@ -129,7 +129,10 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
                 tokens: &l.tokens,
                 start_pos: l.start_pos,
                 pages: &l.pages,
-                logits: l.sample.as_ref().map_or(Logits::None, logits_for),
+                logits: match l.embed {
+                    true => Logits::Hidden,
+                    false => l.sample.as_ref().map_or(Logits::None, logits_for),
+                },
                 keep: l.sample.as_ref().filter(|_| k).map(|spec| Keep {
                     temperature: spec.params.temperature,
                     repetition_penalty: spec.params.repetition_penalty,
@@ -138,7 +141,7 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
             })
             .collect();
         let started = Instant::now();
-        let logits = match engine.forward(pool, &steps) {
+        let logits = match forward_or_without_embeds(engine, pool, &steps, &lanes, &mut failed) {
             Ok(logits) => logits,
             Err(e) => {
                 tracing::error!(model = m, lanes = lanes.len(), error = %e, "a forward pass failed");
@@ -147,6 +150,8 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
             }
         };
         let forward = started.elapsed();
+        let embedded = lanes.iter().zip(&logits).filter(|(l, _)| l.embed && !failed.iter().any(|f| f.0 == l.lane_id));
+        hidden.extend(embedded.map(|(l, rows)| (l.lane_id, rows.clone())));
         // Each lane's draw reads only its own logits, so the lanes draw side by side, in plan order.
         let drawn: Vec<Sampled> = lanes
             .par_iter()
@@ -200,7 +205,42 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
             }
         })
         .collect();
-    RoundOutput { sampled, drafts, audio, voices, failed }
+    RoundOutput { sampled, drafts, audio, voices, failed, hidden }
+}
+
+/// The lanes' forward pass. An engine that cannot embed fails it: the other lanes run again without the embedding
+/// lanes (rewriting the same KV), and those end with the error.
+fn forward_or_without_embeds(
+    engine: &mut Box<dyn Engine>,
+    pool: &mut KvPool,
+    steps: &[LaneStep],
+    lanes: &[&PlannedLane],
+    failed: &mut Vec<(u64, EngineError)>,
+) -> Result<Vec<Vec<f32>>, EngineError> {
+    let error = match engine.forward(pool, steps) {
+        Ok(rows) => return Ok(rows),
+        Err(e) if lanes.iter().any(|l| l.embed) => e,
+        Err(e) => return Err(e),
+    };
+    failed.extend(lanes.iter().filter(|l| l.embed).map(|l| (l.lane_id, error.clone())));
+    let others: Vec<LaneStep> = steps
+        .iter()
+        .zip(lanes)
+        .filter(|(_, l)| !l.embed)
+        .map(|(s, _)| LaneStep {
+            tokens: s.tokens,
+            start_pos: s.start_pos,
+            pages: s.pages,
+            logits: s.logits,
+            keep: s.keep,
+        })
+        .collect();
+    let mut rows = match others.is_empty() {
+        true => Vec::new(),
+        false => engine.forward(pool, &others)?,
+    }
+    .into_iter();
+    Ok(lanes.iter().map(|l| if l.embed { Vec::new() } else { rows.next().unwrap_or_default() }).collect())
 }
 
 /// A greedy lane without log-probabilities needs only the index of its largest logit, which the engine finds, in
@@ -274,7 +314,8 @@ mod tests {
     fn drafting_lane(draft: Vec<u32>) -> PlannedLane {
         let params = SamplingParams { temperature: 1.5, repetition_penalty: 1.2, seed: 9, ..Default::default() };
         let sample = SampleSpec { params, history: vec![3, 4, 5], position: 40, logprobs: Some(2), draft };
-        PlannedLane { lane_id: 1, model: 0, tokens: Vec::new(), start_pos: 39, pages: Vec::new(), sample: Some(sample) }
+        let (tokens, pages) = (Vec::new(), Vec::new());
+        PlannedLane { lane_id: 1, model: 0, tokens, start_pos: 39, pages, sample: Some(sample), embed: false }
     }
 
     #[test]

@@ -8,10 +8,10 @@ use tokio::sync::mpsc;
 
 use std::collections::HashMap;
 
-use tensorfold_engine::boundary::{Codec, Engine, Output, TokenWork, Voice, VoiceInput, Work};
+use tensorfold_engine::boundary::{Codec, EmbedWork, Engine, Output, TokenWork, Voice, VoiceInput, Work};
 use tensorfold_lend::Lent;
 
-use crate::coordinator::{Coordinator, Enqueue, EnqueueVoice, Schedule};
+use crate::coordinator::{Coordinator, Enqueue, EnqueueEmbed, EnqueueVoice, Schedule};
 use crate::device::{cpu_driver, Adopt, Adoption, DeviceActor, Snapshot};
 use crate::kv::PagePool;
 use crate::kv_room::kv_room;
@@ -261,7 +261,7 @@ impl Runtime {
             return Err(SubmitError::NoModel(request.model));
         };
         let runs = match &request.work {
-            Work::Tokens(_) => Runs::Tokens,
+            Work::Tokens(_) | Work::Embed(_) => Runs::Tokens,
             Work::Voice(_) => Runs::Voice,
         };
         if runs != model.runs {
@@ -271,6 +271,7 @@ impl Runtime {
         match request.work {
             Work::Tokens(work) => self.submit_tokens(lane_id, model.id, work).await,
             Work::Voice(input) => self.submit_voice(lane_id, model.id, input).await,
+            Work::Embed(work) => self.submit_embed(lane_id, model.id, work).await,
         }
     }
 
@@ -322,6 +323,25 @@ impl Runtime {
         let actor = RequestActor::new(lane_id, num_ids, Stream::Voice, events, coordinator, metrics).start();
         let enqueue = EnqueueVoice { lane_id, model, input, to: actor.clone().recipient() };
         let result = self.coordinator.send(enqueue).await.unwrap_or(Err(SubmitError::Closed));
+        if result.is_err() {
+            actor.do_send(Abort);
+        }
+        result.map(|()| receiver)
+    }
+
+    /// An embedding lane: its prompt's hidden states pooled into one vector, sent as the one event.
+    async fn submit_embed(
+        &self,
+        lane_id: u64,
+        model: ModelId,
+        work: EmbedWork,
+    ) -> Result<mpsc::Receiver<Event>, SubmitError> {
+        let (events, receiver) = mpsc::channel(2);
+        let (coordinator, metrics) = (self.coordinator.clone(), self.metrics.clone());
+        let actor = RequestActor::new(lane_id, work.prompt.len(), Stream::Embed, events, coordinator, metrics).start();
+        let (prompt, cache, to) = (work.prompt, work.cache, actor.clone().recipient());
+        let result = self.coordinator.send(EnqueueEmbed { lane_id, model, prompt, cache, to }).await;
+        let result = result.unwrap_or(Err(SubmitError::Closed));
         if result.is_err() {
             actor.do_send(Abort);
         }

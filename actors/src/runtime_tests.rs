@@ -115,6 +115,7 @@ pub(crate) async fn collect(mut rx: Receiver<Event>) -> (String, Option<FinishRe
             Event::Token { text: t, .. } => text.push_str(&t),
             Event::Done { finish, .. } => return (text, Some(finish)),
             Event::Audio { .. } => panic!("audio on a text lane"),
+            Event::Embedding { .. } => panic!("an embedding on a text lane"),
             Event::Error(e) => panic!("{e}"),
         }
     }
@@ -272,6 +273,7 @@ async fn collect_audio(mut rx: Receiver<Event>) -> (Vec<f32>, usize, Option<Fini
             }
             Event::Done { finish, .. } => return (pcm, chunks, Some(finish)),
             Event::Token { .. } => panic!("a text token on a speech lane"),
+            Event::Embedding { .. } => panic!("an embedding on a speech lane"),
             Event::Error(e) => panic!("{e}"),
         }
     }

@@ -84,6 +84,7 @@ async fn audio(mut rx: Receiver<Event>) -> Result<Vec<f32>, String> {
             Event::Done { .. } => return Ok(pcm),
             Event::Error(e) => return Err(e.to_string()),
             Event::Token { .. } => return Err("a token on a voice lane".into()),
+            Event::Embedding { .. } => return Err("an embedding on a voice lane".into()),
         }
     }
     Err("the stream ended without Done".into())

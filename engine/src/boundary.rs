@@ -45,6 +45,8 @@ pub enum Logits {
     Argmax,
     /// Each row's largest logit, as `Argmax` gives the last row's: one value a row.
     Picks,
+    /// Each row's final hidden state after the model's last norm, in place of logits: `hidden_size` values a row.
+    Hidden,
 }
 
 impl Logits {
@@ -53,12 +55,12 @@ impl Logits {
         match self {
             Logits::None => 0,
             Logits::Last | Logits::Argmax => 1.min(tokens),
-            Logits::All | Logits::Picks => tokens,
+            Logits::All | Logits::Picks | Logits::Hidden => tokens,
         }
     }
 
-    /// A step's computed logits rows of `vocab` as the step asked for them: `Argmax` and `Picks` keep each row's
-    /// largest index only.
+    /// A step's computed rows of `vocab` as the step asked for them: `Argmax` and `Picks` keep each row's largest
+    /// index only; `Hidden` rows are hidden states, returned whole.
     pub fn take(self, rows: &[f32], vocab: usize) -> Vec<f32> {
         match self {
             Logits::Argmax | Logits::Picks => rows.chunks_exact(vocab).map(|r| argmax(r) as f32).collect(),
@@ -254,10 +256,20 @@ pub struct TokenWork {
     pub output: Output,
 }
 
-/// The work of one request: a lane of tokens on a token model, or a voice lane.
+/// A lane that only prefills its prompt, asking each chunk for its hidden states, and ends without a draw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EmbedWork {
+    pub prompt: Vec<u32>,
+    /// The prompt's full pages may be cached for later prompts; an embedding never resumes from the cache, which
+    /// would skip the rows its pooling needs.
+    pub cache: bool,
+}
+
+/// The work of one request: a lane of tokens on a token model, a voice lane, or an embedding of a prompt.
 pub enum Work {
     Tokens(TokenWork),
     Voice(VoiceInput),
+    Embed(EmbedWork),
 }
 
 #[cfg(test)]
@@ -278,5 +290,11 @@ mod tests {
         assert_eq!(Logits::Argmax.take(&[], 4), Vec::<f32>::new());
         assert_eq!(Logits::Picks.take(&[0.5, 2.0, 3.0, 3.0, -1.0, -2.0], 2), vec![1.0, 0.0, 0.0]);
         assert_eq!(Logits::Picks.rows(5), 5);
+    }
+
+    #[test]
+    fn test_hidden_returns_every_row_whole() {
+        assert_eq!([Logits::Hidden.rows(5), Logits::Hidden.rows(0)], [5, 0]);
+        assert_eq!(Logits::Hidden.take(&[0.5, 2.0, -1.0, 2.0], 2), vec![0.5, 2.0, -1.0, 2.0]);
     }
 }

@@ -125,7 +125,7 @@ pub fn generate(args: GenerateArgs, settings: &Settings) -> Result<()> {
                 Event::Token { text, .. } => out.write_all(text.as_bytes()).and_then(|()| out.flush())?,
                 Event::Done { .. } => break,
                 Event::Error(e) => bail!("generation failed: {e}"),
-                Event::Audio { .. } => bail!("the text model sent audio"),
+                Event::Audio { .. } | Event::Embedding { .. } => bail!("the text model sent audio"),
             }
         }
         writeln!(out).context("writing to stdout")

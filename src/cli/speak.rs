@@ -116,7 +116,7 @@ async fn write_all(
             Event::Audio { pcm } => pcm.iter().try_for_each(|s| wav.write_sample(to_i16(*s)))?,
             Event::Done { .. } => return Ok(()),
             Event::Error(e) => bail!("speaking failed: {e}"),
-            Event::Token { .. } => {}
+            Event::Token { .. } | Event::Embedding { .. } => {}
         }
     }
     bail!("the speech request ended early")

@@ -1,5 +1,6 @@
 //! The OpenAI-compatible HTTP layer; the only part of tensorfold that knows actix-web.
 
+pub mod embeddings;
 pub mod error;
 pub mod openai;
 pub mod reply;

@@ -149,7 +149,9 @@ impl Collector {
             }
             Some(Event::Done { finish, usage }) => Ok(Some(self.reply(finish, usage))),
             Some(Event::Error(e)) => Err(ApiError::Engine(e)),
-            Some(Event::Audio { .. }) => Err(ApiError::Internal("audio on a text request".into())),
+            Some(Event::Audio { .. } | Event::Embedding { .. }) => {
+                Err(ApiError::Internal("audio on a text request".into()))
+            }
             None => Err(ApiError::Internal(ENDED_EARLY.to_string())),
         }
     }

@@ -115,6 +115,11 @@ pub fn configure<B: Backend>(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(super::speech::list_voices::<B>))
             .default_service(web::to(only("GET"))),
     )
+    .service(
+        web::resource("/v1/embeddings")
+            .route(web::post().to(super::embeddings::embeddings::<B>))
+            .default_service(web::to(only("POST"))),
+    )
     .service(web::resource("/health").route(web::get().to(health::<B>)).default_service(web::to(only("GET"))))
     .service(web::resource("/metrics").route(web::get().to(metrics::<B>)).default_service(web::to(only("GET"))));
 }

@@ -85,7 +85,7 @@ impl ChunkWriter {
             Some(Event::Token { id, text, logprob }) => (self.token(id, text, logprob.as_ref()), false),
             Some(Event::Done { finish, usage }) => (self.done(finish, usage), true),
             Some(Event::Error(e)) => (error_frame(&ApiError::Engine(e)) + DONE, true),
-            Some(Event::Audio { .. }) => {
+            Some(Event::Audio { .. } | Event::Embedding { .. }) => {
                 (error_frame(&ApiError::Internal("audio on a text request".into())) + DONE, true)
             }
             None => (error_frame(&ApiError::Internal(ENDED_EARLY.into())) + DONE, true),

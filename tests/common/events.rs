@@ -15,6 +15,7 @@ pub async fn drain(mut rx: Receiver<Event>) -> (Vec<u32>, usize, String) {
             Event::Token { text: t, .. } => text.push_str(&t),
             Event::Done { .. } => return (bits, pieces, text),
             Event::Error(e) => panic!("{e}"),
+            Event::Embedding { .. } => panic!("an embedding on a token or voice lane"),
         }
     }
     panic!("the stream ended without Done");

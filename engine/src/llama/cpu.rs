@@ -376,26 +376,46 @@ impl LlamaSteps for CpuPass<'_, '_> {
             let wanted = match lane.logits {
                 Logits::None => start + n..start + n,
                 Logits::Last | Logits::Argmax => start + n - 1..start + n,
-                Logits::All | Logits::Picks => start..start + n,
+                Logits::All | Logits::Picks | Logits::Hidden => start..start + n,
             };
             rows.push(wanted);
             start += n;
         }
         let picked: Vec<f32> = rows.iter().flat_map(|r| self.x[r.start * h..r.end * h].iter().copied()).collect();
-        let num = picked.len() / h;
         let mut normed = vec![0f32; picked.len()];
         ops::rms_norm(&picked, &m.norm, m.cfg.rms_eps, &mut normed);
+        // Hidden rows leave after the final norm; only the others go through the output projection.
+        let is_hidden = |lane: &LaneStep| lane.logits == Logits::Hidden;
+        let to_head: std::borrow::Cow<[f32]> = match self.lanes.iter().any(is_hidden) {
+            false => (&normed[..]).into(),
+            true => {
+                let (mut head, mut at) = (Vec::new(), 0);
+                for (r, lane) in rows.iter().zip(self.lanes) {
+                    let len = (r.end - r.start) * h;
+                    if !is_hidden(lane) {
+                        head.extend_from_slice(&normed[at..at + len]);
+                    }
+                    at += len;
+                }
+                head.into()
+            }
+        };
+        let num = to_head.len() / h;
         let vocab = m.cfg.vocab_size;
         let mut logits = vec![0f32; num * vocab];
-        matmul(&normed, num, m.lm_head.as_ref().unwrap_or(&m.embed), &mut logits);
-        let mut at = 0;
+        matmul(&to_head, num, m.lm_head.as_ref().unwrap_or(&m.embed), &mut logits);
+        let (mut at_normed, mut at_logits) = (0, 0);
         self.out = rows
             .iter()
             .zip(self.lanes)
             .map(|(r, lane)| {
-                let len = (r.end - r.start) * vocab;
-                at += len;
-                lane.logits.take(&logits[at - len..at], vocab)
+                let k = r.end - r.start;
+                at_normed += k * h;
+                if is_hidden(lane) {
+                    return normed[at_normed - k * h..at_normed].to_vec();
+                }
+                at_logits += k * vocab;
+                lane.logits.take(&logits[at_logits - k * vocab..at_logits], vocab)
             })
             .collect();
         Ok(())

@@ -28,7 +28,7 @@ async fn next_step(events: &mut mpsc::Receiver<Event>, encoder: &mut Encoder) ->
                 Ok(bytes) => return Step::Audio(bytes),
                 Err(e) => return Step::Failed(ApiError::Internal(e.to_string())),
             },
-            Some(Event::Token { .. }) => continue,
+            Some(Event::Token { .. } | Event::Embedding { .. }) => continue,
             Some(Event::Done { usage, .. }) => {
                 return match encoder.finish() {
                     Ok(bytes) => Step::Done(bytes, usage),

@@ -3,7 +3,7 @@
 use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
 
-use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep};
+use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
 use crate::memory::{Alloc, Held, MemoryKind};
 use tensorfold_kernels::cuda::{
     attention_group_rows, DevPtr, Gpu, GpuError, Graph, KernelOptions, ATTENTION_SPLIT, HEAD_DIMS, MAX_GROUP,
@@ -357,6 +357,9 @@ impl CudaLlama {
 
     /// Runs the round; `Err` for a device fault or a round the buffers were not sized for.
     fn run(&mut self, pool: &KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+        if lanes.iter().any(|l| l.logits == Logits::Hidden) {
+            return Err(EngineError::Sizing("embeddings are not supported on cuda".into()));
+        }
         let (net, options) = (&self.net, self.options);
         let (c, s, g) = (&net.cfg, &net.scratch, &*net.gpu);
         let sizing_err = |m: &str| EngineError::Sizing(m.to_string());
