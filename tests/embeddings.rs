@@ -112,7 +112,7 @@ fn test_bad_embedding_requests_are_400s_naming_the_field() {
         assert_eq!(response.status, status, "{}", response.text());
         response.json()["error"]["param"].clone()
     };
-    for input in [json!(""), json!([]), json!([""]), json!([[]]), json!(["a", 3]), json!(7), json!([1 << 40])] {
+    for input in [json!(""), json!([]), json!([""]), json!([[]]), json!(["a", 3]), json!(7), json!([1u64 << 40])] {
         assert_eq!(param(embed(&server, input.clone(), json!({})), 400), "input", "{input}");
     }
     assert_eq!(param(embed(&server, json!(vec!["a"; 65]), json!({})), 400), "input");

@@ -71,6 +71,125 @@ def completions(client, model):
     check(streamed == plain.choices[0].text, f"streamed {streamed!r} != plain {plain.choices[0].text!r}")
 
 
+def chat_n(client, model):
+    """n choices equal solo requests with seed, seed + 1, ..., streamed and not."""
+    kwargs = dict(model=model, messages=[{"role": "user", "content": FRANCE}], max_tokens=10, temperature=0.8)
+    solo = [client.chat.completions.create(seed=7 + i, **kwargs).choices[0].message.content for i in range(3)]
+    response = client.chat.completions.create(n=3, seed=7, **kwargs)
+    check([c.index for c in response.choices] == [0, 1, 2], f"indexes {[c.index for c in response.choices]}")
+    check([c.message.content for c in response.choices] == solo, f"{response.choices} != {solo}")
+    stream = client.chat.completions.create(
+        n=3, seed=7, stream=True, stream_options={"include_usage": True}, **kwargs
+    )
+    texts, finishes, usages = ["", "", ""], [0, 0, 0], 0
+    for chunk in stream:
+        usages += chunk.usage is not None
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+            finishes[choice.index] += choice.finish_reason is not None
+    check(texts == solo, f"streamed {texts} != {solo}")
+    check(finishes == [1, 1, 1] and usages == 1, f"finishes {finishes}, usage chunks {usages}")
+
+
+def penalties_and_bias(client, model):
+    prompt = "one two one two one two one two one two one two"
+    kwargs = dict(model=model, prompt=prompt, max_tokens=12, temperature=0)
+    plain = client.completions.create(**kwargs).choices[0].text
+    for penalty in ("presence_penalty", "frequency_penalty"):
+        text = client.completions.create(**{penalty: 2.0}, **kwargs).choices[0].text
+        check(text != plain, f"{penalty} left {plain!r} as it was")
+    first = client.completions.create(logprobs=0, **dict(kwargs, max_tokens=4))
+    tokens = first.choices[0].logprobs.tokens
+    check(len(tokens) == 4, f"tokens {tokens}")
+    biased = client.completions.create(logit_bias={"28": 100}, logprobs=0, **dict(kwargs, max_tokens=4))
+    forced = biased.choices[0].logprobs.tokens
+    check(len(set(forced)) == 1 and len(forced) == 4, f"logit_bias +100 gave {forced}")
+    try:
+        client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=2, logit_bias={"1": 500}
+        )
+    except openai.BadRequestError as error:
+        check(error.body.get("param") == "logit_bias", f"error body {error.body}")
+    else:
+        raise AssertionError("logit_bias 500 did not raise openai.BadRequestError")
+
+
+def max_completion_tokens(client, model):
+    response = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": FRANCE}], max_completion_tokens=3, max_tokens=40
+    )
+    check(response.usage.completion_tokens <= 3, f"usage {response.usage}")
+    response = client.completions.create(
+        model=model, prompt="Hello", max_tokens=40, extra_body={"max_completion_tokens": 3}
+    )
+    check(response.usage.completion_tokens <= 3, f"usage {response.usage}")
+
+
+def streamed_logprobs(client, model):
+    stream = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": FRANCE}], max_tokens=6, temperature=0,
+        logprobs=True, top_logprobs=3, stream=True,
+    )
+    entries = [e for chunk in stream for c in chunk.choices if c.logprobs for e in c.logprobs.content or []]
+    check(entries and all(len(e.top_logprobs) == 3 for e in entries), f"chat logprobs {entries}")
+    stream = client.completions.create(model=model, prompt=FRANCE, max_tokens=6, logprobs=2, stream=True)
+    tops = [c.logprobs.top_logprobs[0] for chunk in stream for c in chunk.choices if c.logprobs]
+    check(tops and all(len(t) == 2 for t in tops), f"completion logprobs {tops}")
+
+
+def echo_and_list_prompts(client, model):
+    prompts = ["The capital of France is", "My favourite colour is"]
+    kwargs = dict(model=model, max_tokens=6, temperature=0)
+    solo = [client.completions.create(prompt=p, **kwargs).choices[0].text for p in prompts]
+    listed = client.completions.create(prompt=prompts, n=2, **kwargs)
+    texts = [c.text for c in sorted(listed.choices, key=lambda c: c.index)]
+    check(texts == [solo[0], solo[0], solo[1], solo[1]], f"list prompts {texts} vs {solo}")
+    echoed = client.completions.create(prompt=prompts[0], echo=True, **kwargs).choices[0].text
+    check(echoed == prompts[0] + solo[0], f"echo {echoed!r}")
+    stream = client.completions.create(prompt=prompts, echo=True, stream=True, **kwargs)
+    streamed = ["", ""]
+    for chunk in stream:
+        for c in chunk.choices:
+            streamed[c.index] += c.text
+    check(streamed == [p + s for p, s in zip(prompts, solo)], f"streamed echo {streamed}")
+
+
+CITY_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 12}, "population": {"type": "integer"}},
+    "required": ["city", "population"],
+    "additionalProperties": False,
+}
+
+
+def json_formats(client, model):
+    import json
+
+    messages = [{"role": "user", "content": "Give the capital of France and its population as JSON."}]
+    kwargs = dict(model=model, messages=messages, max_tokens=64, temperature=0)
+    response_format = {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY_SCHEMA, "strict": True}}
+    value = json.loads(client.chat.completions.create(response_format=response_format, **kwargs).choices[0].message.content)
+    check(set(value) == {"city", "population"} and isinstance(value["population"], int), f"json_schema {value}")
+    stream = client.chat.completions.create(response_format=response_format, stream=True, **kwargs)
+    text = "".join(c.delta.content or "" for chunk in stream for c in chunk.choices)
+    check(json.loads(text) == value, f"streamed {text!r} != {value}")
+    obj = client.chat.completions.create(response_format={"type": "json_object"}, **kwargs).choices[0].message.content
+    check(isinstance(json.loads(obj), dict), f"json_object {obj!r}")
+    try:
+        import pydantic
+    except ImportError:
+        return value
+
+    class City(pydantic.BaseModel):
+        city: str
+        population: int
+
+    parse = getattr(client.chat.completions, "parse", None) or client.beta.chat.completions.parse
+    parsed = parse(response_format=City, **kwargs).choices[0].message.parsed
+    check(isinstance(parsed, City), f"parsed {parsed!r}")
+    return value
+
+
 def bad_request_surfaces(client, model):
     try:
         client.chat.completions.create(model=model, messages=[], max_tokens=4)
@@ -156,7 +275,14 @@ def main():
         ("chat_stream", chat_streaming),
         ("completions", completions),
         ("bad_request", bad_request_surfaces),
+        ("chat_n", chat_n),
+        ("penalties_and_bias", penalties_and_bias),
+        ("max_completion_tokens", max_completion_tokens),
+        ("streamed_logprobs", streamed_logprobs),
+        ("echo_and_list_prompts", echo_and_list_prompts),
+        ("json_formats", json_formats),
         ("embeddings", embeddings),
+        ("tool_calls", tool_calls),
     ]
     if args.speech:
         cases += [("speech_pcm", speech_pcm), ("speech_wav", speech_wav), ("speech_default_voice", default_voice)]
@@ -197,6 +323,41 @@ def embeddings(client, model):
         norm = sum(v * v for v in decoded) ** 0.5
         check(abs(norm - 1) < 1e-4, f"norm {norm}")
     return len(floats.data[0].embedding)
+
+
+def tool_calls(client, model):
+    """Tools: a forced call comes back as tool_calls whose arguments parse and match the schema, streamed and not,
+    and its result goes back as a tool message."""
+    import json
+
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Lima"]}},
+                           "required": ["city"], "additionalProperties": False}}}
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    reply = client.chat.completions.create(model=model, messages=messages, tools=[tool], tool_choice="required",
+                                           parallel_tool_calls=False, max_tokens=80, temperature=0)
+    choice = reply.choices[0]
+    check(choice.finish_reason == "tool_calls", f"finish_reason {choice.finish_reason}")
+    call = choice.message.tool_calls[0]
+    check(call.function.name == "get_weather" and call.id.startswith("call_"), f"call {call}")
+    check(json.loads(call.function.arguments)["city"] in ("Paris", "Lima"), f"arguments {call.function.arguments}")
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    stream = client.chat.completions.create(model=model, messages=messages, tools=[tool], tool_choice=named,
+                                            max_tokens=80, temperature=0, stream=True)
+    names, arguments = [], []
+    for chunk in stream:
+        for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            if delta.function.name:
+                names.append(delta.function.name)
+                arguments.append("")
+            arguments[delta.index] += delta.function.arguments or ""
+    check(names == ["get_weather"], f"streamed names {names}")
+    check(json.loads(arguments[0])["city"] in ("Paris", "Lima"), f"streamed arguments {arguments}")
+    history = messages + [choice.message.model_dump(exclude_none=True),
+                          {"role": "tool", "tool_call_id": call.id, "content": "{\"temp_c\": 21}"}]
+    answer = client.chat.completions.create(model=model, messages=history, tools=[tool], max_tokens=8)
+    check(answer.choices[0].message is not None, "no answer to the tool result")
+    return call.function.name
 
 
 if __name__ == "__main__":

@@ -31,6 +31,16 @@ fn test_official_openai_client_works() {
         server.stderr()
     );
     assert!(stdout.contains("ok   chat_stream"), "the script ran no streaming case:\n{stdout}");
+    for case in [
+        "chat_n",
+        "penalties_and_bias",
+        "max_completion_tokens",
+        "streamed_logprobs",
+        "echo_and_list_prompts",
+        "json_formats",
+    ] {
+        assert!(stdout.contains(&format!("ok   {case}")), "the script ran no {case} case:\n{stdout}");
+    }
     assert!(stdout.contains("ok   speech_pcm"), "the script ran no speech case:\n{stdout}");
     assert!(stdout.contains("ok   speech_wav"), "the script ran no WAV speech case:\n{stdout}");
     assert!(stdout.contains("ok   speech_default_voice"), "the script ran no default-voice case:\n{stdout}");

@@ -5,6 +5,10 @@ For each stream count it starts that many streaming chat completions at once and
 tokens/s per stream, the total output tokens/s, and TTFT p50/p95.
 
     python3 tools/bench_openai.py --base-url http://127.0.0.1:8000/v1 --streams 1,8,32 --max-tokens 128
+    python3 tools/bench_openai.py --schema ...   # each count without and then with a JSON schema's masks
+
+With --schema every stream also asks for `response_format` json_schema: a list of at least 64 records, long
+enough that no stream ends before --max-tokens, so the two rows differ only by the grammar's masks.
 """
 
 import argparse
@@ -19,6 +23,21 @@ import time
 import urllib.parse
 
 DEFAULT_PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a message in a bottle."
+RECORDS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "records": {
+            "type": "array",
+            "minItems": 64,
+            "items": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer"}},
+                "required": ["name", "age"],
+            },
+        }
+    },
+    "required": ["records"],
+}
 
 
 class Endpoint:
@@ -174,7 +193,7 @@ def percentile(values, q):
     return ordered[index]
 
 
-def run_streams(endpoint, model, num_streams, max_tokens, prompt):
+def run_streams(endpoint, model, num_streams, max_tokens, prompt, schema=False):
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
@@ -183,6 +202,8 @@ def run_streams(endpoint, model, num_streams, max_tokens, prompt):
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if schema:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "records", "schema": RECORDS_SCHEMA}}
     results, errors = [None] * num_streams, []
     barrier = threading.Barrier(num_streams)
 
@@ -215,6 +236,7 @@ def run_streams(endpoint, model, num_streams, max_tokens, prompt):
             decode_rates.append((tokens - 1) / (times[-1] - times[0]))
     return {
         "streams": num_streams,
+        "schema": schema,
         "max_tokens": max_tokens,
         "wall_s": wall,
         "output_tokens": total_tokens,
@@ -242,20 +264,30 @@ def main():
     parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="the user message")
     parser.add_argument("--api-key", help="sent as the Bearer token")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--schema", action="store_true", help="run each count again with a JSON schema")
     args = parser.parse_args()
 
     endpoint = Endpoint(args.base_url, args.api_key)
     model = endpoint.model()
-    rows = [run_streams(endpoint, model, n, args.max_tokens, args.prompt) for n in parse_streams(args.streams)]
+    rows = [
+        run_streams(endpoint, model, n, args.max_tokens, args.prompt, schema)
+        for n in parse_streams(args.streams)
+        for schema in ([False, True] if args.schema else [False])
+    ]
     if args.json:
         json.dump({"base_url": args.base_url, "model": model, "results": rows}, sys.stdout, indent=2)
         print()
         return
     print(f"model {model}, max_tokens {args.max_tokens}")
-    print(f"{'streams':>7} {'decode tok/s/stream':>20} {'total tok/s':>12} {'TTFT p50 s':>11} {'TTFT p95 s':>11}")
+    print(
+        f"{'streams':>7} {'schema':>6} {'decode tok/s/stream':>20} {'total tok/s':>12} {'TTFT p50 s':>11}"
+        f" {'TTFT p95 s':>11}"
+    )
     for row in rows:
+        schema = "yes" if row["schema"] else "no"
         print(
-            f"{row['streams']:>7} {row['decode_tok_s_per_stream_mean']:>20.1f} {row['total_output_tok_s']:>12.1f}"
+            f"{row['streams']:>7} {schema:>6} {row['decode_tok_s_per_stream_mean']:>20.1f}"
+            f" {row['total_output_tok_s']:>12.1f}"
             f" {row['ttft_p50_s']:>11.3f} {row['ttft_p95_s']:>11.3f}"
         )
 

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use tensorfold_engine::boundary::{CodecJob, EngineError, FrameSink};
+use tensorfold_engine::boundary::{CodecJob, Constraint, EngineError, FrameSink, LogitRules};
 use tensorfold_kernels::sampling::SamplingParams;
 
 use crate::draft::Drafter;
@@ -14,6 +14,7 @@ use crate::metrics::Metrics;
 use crate::request::{LaneFailed, LanePcm, LaneToken, VoiceAudio};
 use crate::request_types::{FinishReason, SubmitError};
 use crate::round::{ModelId, PlannedCodec, PlannedDraft, PlannedLane, RoundOutput, RoundPlan, SampleSpec};
+use crate::rules::LaneGrammar;
 use crate::runner::EngineRunner;
 use crate::voice::{VoiceLanes, VoiceRequest};
 
@@ -35,6 +36,9 @@ pub struct Enqueue {
     pub cache: bool,
     /// Whether the lane may draft tokens and verify them.
     pub draft: bool,
+    pub rules: Arc<LogitRules>,
+    /// The lane's grammar; it moves to the engine thread for each round the lane draws in, and back.
+    pub constraint: Option<Box<dyn Constraint>>,
     /// A speech lane's frame assembly, which turns its tokens into codec windows as they are drawn.
     pub frames: Option<Box<dyn FrameSink>>,
     pub to: Recipient<LaneToken>,
@@ -334,13 +338,17 @@ impl Coordinator {
                 budget -= reserved;
                 lane.lease.grow_to(end + reserved);
                 lane.num_planned = end + reserved;
-                let sample = (end == lane.tokens.len()).then(|| SampleSpec {
+                let draws = end == lane.tokens.len();
+                let grammar = if draws { lane.request.constraint.take() } else { None };
+                let rules = &lane.request.rules;
+                let penalized =
+                    lane.request.sampling.repetition_penalty != 1.0 || rules.presence != 0.0 || rules.frequency != 0.0;
+                let sample = draws.then(|| SampleSpec {
                     params: lane.request.sampling.clone(),
-                    history: if lane.request.sampling.repetition_penalty != 1.0 {
-                        lane.tokens.clone()
-                    } else {
-                        Vec::new()
-                    },
+                    history: if penalized { lane.tokens.clone() } else { Vec::new() },
+                    prompt_len: lane.prompt_len(),
+                    rules: Arc::clone(rules),
+                    masked: grammar.is_some(),
                     position: end as u64,
                     logprobs: lane.request.logprobs,
                     draft: draft.clone(),
@@ -354,6 +362,9 @@ impl Coordinator {
                     sample,
                     embed: false,
                 });
+                if let Some(grammar) = grammar {
+                    plan.grammars.push(LaneGrammar { lane_id: lane.request.lane_id, grammar });
+                }
             }
         }
         self.plan_embeds(&mut plan);
@@ -405,6 +416,11 @@ impl Coordinator {
             self.embeds.fail(*lane_id, error);
         }
         self.embeds.apply(std::mem::take(&mut output.hidden));
+        for g in std::mem::take(&mut output.grammars) {
+            if let Some(lane) = self.lanes.iter_mut().find(|l| l.request.lane_id == g.lane_id) {
+                lane.request.constraint = Some(g.grammar);
+            }
+        }
         for (lane_id, drafted) in &output.drafts {
             if let Some(lane) = self.lanes.iter_mut().find(|l| l.request.lane_id == *lane_id) {
                 lane.drafter.pending = *drafted;

@@ -15,6 +15,7 @@ pub mod prefix;
 pub mod request;
 pub mod request_types;
 pub mod round;
+pub mod rules;
 pub mod runner;
 pub mod runtime;
 pub mod stop;

@@ -1,9 +1,12 @@
 //! One round as plain data: the plan the coordinator builds and the output the engine returns.
 
-use tensorfold_engine::boundary::{CodecJob, EngineError};
+use std::sync::Arc;
+
+use tensorfold_engine::boundary::{CodecJob, EngineError, LogitRules};
 use tensorfold_kernels::sampling::SamplingParams;
 
 use crate::request_types::TokenLogprob;
+use crate::rules::LaneGrammar;
 use crate::voice::{PlannedVoice, VoiceOutput};
 
 /// A registered model's place in the runtime, given at start-up; requests name models, lanes carry this.
@@ -13,8 +16,14 @@ pub type ModelId = usize;
 #[derive(Clone, Debug)]
 pub struct SampleSpec {
     pub params: SamplingParams,
-    /// The lane's tokens so far, sent only when a repetition penalty needs them.
+    /// The lane's tokens so far, sent only when a penalty needs them.
     pub history: Vec<u32>,
+    /// Where the lane's generated tokens start in `history`.
+    pub prompt_len: usize,
+    /// Bias and penalties on the row before the draw.
+    pub rules: Arc<LogitRules>,
+    /// The lane's grammar, in the round's `grammars`, masks its rows.
+    pub masked: bool,
     /// Absolute position of the token being drawn: the draw depends on (seed, position) alone.
     pub position: u64,
     pub logprobs: Option<usize>,
@@ -60,6 +69,8 @@ pub struct RoundPlan {
     pub voices: Vec<PlannedVoice>,
     /// Codec windows of speech lanes, decoded after the forward pass, in the round after their last frame was drawn.
     pub codec: Vec<PlannedCodec>,
+    /// Grammars of the lanes that draw this round, back in the output with the drawn tokens committed.
+    pub grammars: Vec<LaneGrammar>,
 }
 
 /// A speech request's codec window, decoded by its model's codec.
@@ -96,4 +107,6 @@ pub struct RoundOutput {
     pub failed: Vec<(u64, EngineError)>,
     /// Each embedding lane's hidden rows of this round, `hidden_size` values a row, in position order.
     pub hidden: Vec<(u64, Vec<f32>)>,
+    /// Grammars of the lanes that drew this round, their drawn tokens committed.
+    pub grammars: Vec<LaneGrammar>,
 }

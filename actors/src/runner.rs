@@ -6,13 +6,16 @@ use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
-use tensorfold_kernels::sampling::{distinct, log_softmax, sample, sample_kept};
+use std::collections::HashMap;
+
+use tensorfold_kernels::sampling::{distinct, log_softmax, sample, sample_kept, SamplingParams};
 use tokio::sync::oneshot;
 
 use tensorfold_engine::boundary::{Codec, Engine, EngineError, Keep, KvPool, LaneStep, Logits, Voice};
 
 use crate::request_types::TokenLogprob;
 use crate::round::{PlannedLane, RoundOutput, RoundPlan, SampleSpec, Sampled};
+use crate::rules::{row_masks, shape_row, LaneGrammar, RowMasks};
 use crate::voice::{run_step, VoiceOutput};
 
 struct Job {
@@ -104,71 +107,11 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// Draft models' steps, each model's lanes in one batched forward pass, then the round's codec windows.
 fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
     let drafts = crate::draft_model::draft(models, &mut plan);
-    let (mut sampled, mut failed, mut hidden) = (Vec::new(), Vec::new(), Vec::new());
-    for (m, slot) in models.iter_mut().enumerate() {
-        let ModelSlot::Tokens { engine, pool, .. } = slot else { continue };
-        let lanes: Vec<&PlannedLane> = plan.lanes.iter().filter(|l| l.model == m).collect();
-        if lanes.is_empty() {
-            continue;
-        }
-        // An engine that keeps rows cuts a sampled lane's last row to the tokens its draw can take.
-        let keeps = engine.keeps_rows();
-        let kept: Vec<bool> = lanes.iter().map(|l| keeps && l.sample.as_ref().is_some_and(is_kept_draw)).collect();
-        let histories: Vec<Vec<u32>> = lanes
-            .par_iter()
-            .zip(&kept)
-            .map(|(l, &k)| match (k, l.sample.as_ref()) {
-                (true, Some(spec)) if spec.params.repetition_penalty != 1.0 => distinct(&spec.history),
-                _ => Vec::new(),
-            })
-            .collect();
-        let steps: Vec<LaneStep> = lanes
-            .iter()
-            .zip(kept.iter().zip(&histories))
-            .map(|(l, (&k, history))| LaneStep {
-                tokens: &l.tokens,
-                start_pos: l.start_pos,
-                pages: &l.pages,
-                logits: match l.embed {
-                    true => Logits::Hidden,
-                    false => l.sample.as_ref().map_or(Logits::None, logits_for),
-                },
-                keep: l.sample.as_ref().filter(|_| k).map(|spec| Keep {
-                    temperature: spec.params.temperature,
-                    repetition_penalty: spec.params.repetition_penalty,
-                    history,
-                }),
-            })
-            .collect();
-        let started = Instant::now();
-        let logits = match forward_or_without_embeds(engine, pool, &steps, &lanes, &mut failed) {
-            Ok(logits) => logits,
-            Err(e) => {
-                tracing::error!(model = m, lanes = lanes.len(), error = %e, "a forward pass failed");
-                failed.extend(lanes.iter().map(|l| (l.lane_id, e.clone())));
-                continue;
-            }
-        };
-        let forward = started.elapsed();
-        let embedded = lanes.iter().zip(&logits).filter(|(l, _)| l.embed && !failed.iter().any(|f| f.0 == l.lane_id));
-        hidden.extend(embedded.map(|(l, rows)| (l.lane_id, rows.clone())));
-        // Each lane's draw reads only its own logits, so the lanes draw side by side, in plan order.
-        let drawn: Vec<Sampled> = lanes
-            .par_iter()
-            .zip(&logits)
-            .zip(&kept)
-            .flat_map_iter(|((lane, logits), &kept)| match kept {
-                true => draw_kept(lane, logits),
-                false => draw(lane, logits),
-            })
-            .collect();
-        sampled.extend(drawn);
-        tracing::debug!(
-            forward_us = forward.as_micros() as u64,
-            draw_us = (started.elapsed() - forward).as_micros() as u64,
-            "forward"
-        );
-    }
+    let grammars = std::mem::take(&mut plan.grammars);
+    // Grammars make their masks while the forward passes run, so a mask costs the round nothing it would wait on.
+    let (passes, masks) = rayon::join(|| forward_all(models, &plan.lanes), || row_masks(grammars, &plan.lanes));
+    let (drawn, grammars) = draw_all(&plan.lanes, passes, masks);
+    let Drawn { sampled, failed, hidden } = drawn;
     // Each model's codec takes all of the round's windows for it in one call.
     let mut by_model: std::collections::BTreeMap<usize, Vec<_>> = std::collections::BTreeMap::new();
     plan.codec.iter().for_each(|c| by_model.entry(c.model).or_default().push(c));
@@ -205,7 +148,136 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
             }
         })
         .collect();
-    RoundOutput { sampled, drafts, audio, voices, failed, hidden }
+    RoundOutput { sampled, drafts, audio, voices, failed, hidden, grammars }
+}
+
+/// One model's forward pass: its lanes as indices into the plan, whether each lane's row came back kept, the rows,
+/// and the embedding lanes an engine that cannot embed failed.
+struct Pass {
+    lanes: Vec<usize>,
+    kept: Vec<bool>,
+    logits: Result<Vec<Vec<f32>>, EngineError>,
+    failed: Vec<(u64, EngineError)>,
+    forward: Duration,
+}
+
+/// What the round's passes give back: drawn tokens, lanes that failed, embedding lanes' hidden rows.
+#[derive(Default)]
+struct Drawn {
+    sampled: Vec<Sampled>,
+    failed: Vec<(u64, EngineError)>,
+    hidden: Vec<(u64, Vec<f32>)>,
+}
+
+/// Each model's lanes in one batched forward pass.
+fn forward_all(models: &mut [ModelSlot], planned: &[PlannedLane]) -> Vec<Pass> {
+    let mut passes = Vec::new();
+    for (m, slot) in models.iter_mut().enumerate() {
+        let ModelSlot::Tokens { engine, pool, .. } = slot else { continue };
+        let lanes: Vec<&PlannedLane> = planned.iter().filter(|l| l.model == m).collect();
+        if lanes.is_empty() {
+            continue;
+        }
+        // An engine that keeps rows cuts a sampled lane's last row to the tokens its draw can take.
+        let keeps = engine.keeps_rows();
+        let kept: Vec<bool> = lanes.iter().map(|l| keeps && l.sample.as_ref().is_some_and(is_kept_draw)).collect();
+        let histories: Vec<Vec<u32>> = lanes
+            .par_iter()
+            .zip(&kept)
+            .map(|(l, &k)| match (k, l.sample.as_ref()) {
+                (true, Some(spec)) if spec.params.repetition_penalty != 1.0 => distinct(&spec.history),
+                _ => Vec::new(),
+            })
+            .collect();
+        let steps: Vec<LaneStep> = lanes
+            .iter()
+            .zip(kept.iter().zip(&histories))
+            .map(|(l, (&k, history))| LaneStep {
+                tokens: &l.tokens,
+                start_pos: l.start_pos,
+                pages: &l.pages,
+                logits: match l.embed {
+                    true => Logits::Hidden,
+                    false => l.sample.as_ref().map_or(Logits::None, logits_for),
+                },
+                keep: l.sample.as_ref().filter(|_| k).map(|spec| Keep {
+                    temperature: spec.params.temperature,
+                    repetition_penalty: spec.params.repetition_penalty,
+                    history,
+                }),
+            })
+            .collect();
+        let started = Instant::now();
+        let mut failed = Vec::new();
+        let logits = forward_or_without_embeds(engine, pool, &steps, &lanes, &mut failed);
+        if let Err(e) = &logits {
+            tracing::error!(model = m, lanes = lanes.len(), error = %e, "a forward pass failed");
+        }
+        let lanes = (0..planned.len()).filter(|&i| planned[i].model == m).collect();
+        passes.push(Pass { lanes, kept, logits, failed, forward: started.elapsed() });
+    }
+    passes
+}
+
+/// Every lane's draw from its rows, then its grammar takes the drawn tokens; a lane whose pass or grammar failed ends.
+fn draw_all(planned: &[PlannedLane], passes: Vec<Pass>, masks: Vec<RowMasks>) -> (Drawn, Vec<LaneGrammar>) {
+    // The grammars stay out of the parallel draw, which reads only their masks.
+    let (grammars, masks): (Vec<LaneGrammar>, HashMap<u64, Result<Vec<Vec<u32>>, String>>) =
+        masks.into_iter().map(|m| (m.grammar.lane_id, m)).map(|(id, m)| (m.grammar, (id, m.masks))).unzip();
+    let Drawn { mut sampled, mut failed, mut hidden } = Drawn::default();
+    for mut pass in passes {
+        failed.append(&mut pass.failed);
+        let logits = match pass.logits {
+            Ok(logits) => logits,
+            Err(e) => {
+                failed.extend(pass.lanes.iter().map(|&i| (planned[i].lane_id, e.clone())));
+                continue;
+            }
+        };
+        let started = Instant::now();
+        let (embeds, lanes): (Vec<_>, Vec<_>) =
+            pass.lanes.iter().zip(logits).zip(&pass.kept).partition(|((&i, _), _)| planned[i].embed);
+        let rows = embeds.into_iter().map(|((&i, rows), _)| (planned[i].lane_id, rows));
+        hidden.extend(rows.filter(|(id, _)| !failed.iter().any(|(f, _)| f == id)));
+        // Each lane's draw reads only its own logits, so the lanes draw side by side, in plan order.
+        let drawn: Vec<Result<Vec<Sampled>, (u64, EngineError)>> = lanes
+            .into_par_iter()
+            .map(|((&i, logits), &kept)| {
+                let lane = &planned[i];
+                let fail = |why: String| (lane.lane_id, EngineError::Grammar(why));
+                match (kept, masks.get(&lane.lane_id)) {
+                    (true, _) => Ok(draw_kept(lane, &logits)),
+                    (false, None) => draw(lane, &logits, None).map_err(fail),
+                    (false, Some(Ok(rows))) => draw(lane, &logits, Some(rows)).map_err(fail),
+                    (false, Some(Err(why))) => Err(fail(why.clone())),
+                }
+            })
+            .collect();
+        for lane in drawn {
+            match lane {
+                Ok(tokens) => sampled.extend(tokens),
+                Err(lane_failed) => failed.push(lane_failed),
+            }
+        }
+        tracing::debug!(
+            forward_us = pass.forward.as_micros() as u64,
+            draw_us = started.elapsed().as_micros() as u64,
+            "forward"
+        );
+    }
+    let mut kept = Vec::with_capacity(grammars.len());
+    for mut grammar in grammars {
+        let lane_id = grammar.lane_id;
+        if failed.iter().any(|(id, _)| *id == lane_id) {
+            continue;
+        }
+        let taken = sampled.iter().filter(|s| s.lane_id == lane_id).try_for_each(|s| grammar.grammar.commit(s.id));
+        match taken {
+            Ok(()) => kept.push(grammar),
+            Err(why) => failed.push((lane_id, EngineError::Grammar(why))),
+        }
+    }
+    (Drawn { sampled, failed, hidden }, kept)
 }
 
 /// The lanes' forward pass. An engine that cannot embed fails it: the other lanes run again without the embedding
@@ -243,10 +315,15 @@ fn forward_or_without_embeds(
     Ok(lanes.iter().map(|l| if l.embed { Vec::new() } else { rows.next().unwrap_or_default() }).collect())
 }
 
-/// A greedy lane without log-probabilities needs only the index of its largest logit, which the engine finds, in
-/// every row when it verifies a draft; other lanes need the last row, or every row with a draft.
+/// Whether a lane's rows change before its draw: a grammar's mask, a bias or a presence or frequency penalty.
+fn is_shaped(spec: &SampleSpec) -> bool {
+    spec.masked || !spec.rules.is_empty()
+}
+
+/// A greedy lane without log-probabilities or shaping needs only the index of its largest logit, which the engine
+/// finds, in every row when it verifies a draft; other lanes need the last row, or every row with a draft.
 fn logits_for(spec: &SampleSpec) -> Logits {
-    match (spec.draft.is_empty(), spec.params.is_greedy() && spec.logprobs.is_none()) {
+    match (spec.draft.is_empty(), spec.params.is_greedy() && spec.logprobs.is_none() && !is_shaped(spec)) {
         (true, true) => Logits::Argmax,
         (false, true) => Logits::Picks,
         (true, false) => Logits::Last,
@@ -256,7 +333,7 @@ fn logits_for(spec: &SampleSpec) -> Logits {
 
 /// Whether a lane's draw is of its last row alone, sampled: the draw an engine that keeps rows can cut short.
 fn is_kept_draw(spec: &SampleSpec) -> bool {
-    logits_for(spec) == Logits::Last
+    logits_for(spec) == Logits::Last && !is_shaped(spec)
 }
 
 /// A sampled lane's token from its last row cut to the tokens its draw can take: (id bits, logit) pairs.
@@ -269,30 +346,48 @@ fn draw_kept(lane: &PlannedLane, pairs: &[f32]) -> Vec<Sampled> {
 }
 
 /// The lane's drawn tokens: one, or with a draft the draw of each row while the one before equaled its draft.
-/// Row j draws at position + j with the history plain decoding would have there, so the tokens are the same.
-fn draw(lane: &PlannedLane, logits: &[f32]) -> Vec<Sampled> {
-    let Some(spec) = lane.sample.as_ref() else { return Vec::new() };
+/// Row j draws at position + j with the history and mask plain decoding would have there, so the tokens are the same.
+/// Log-probabilities are the model's own, before penalties, bias and mask.
+fn draw(lane: &PlannedLane, logits: &[f32], masks: Option<&[Vec<u32>]>) -> Result<Vec<Sampled>, String> {
+    let Some(spec) = lane.sample.as_ref() else { return Ok(Vec::new()) };
     if matches!(logits_for(spec), Logits::Argmax | Logits::Picks) {
         // Row j's pick is kept while the row before it equaled its draft.
         let kept = logits.iter().enumerate().take_while(|&(j, _)| j == 0 || spec.draft[j - 1] == logits[j - 1] as u32);
-        return kept.map(|(_, &id)| Sampled { lane_id: lane.lane_id, id: id as u32, logprob: None }).collect();
+        return Ok(kept.map(|(_, &id)| Sampled { lane_id: lane.lane_id, id: id as u32, logprob: None }).collect());
     }
     let rows = spec.draft.len() + 1;
     let vocab = logits.len() / rows;
+    let shaped = masks.is_some() || !spec.rules.is_empty();
+    let grows = spec.params.repetition_penalty != 1.0 || spec.rules.presence != 0.0 || spec.rules.frequency != 0.0;
+    // A shaped row has its repetition penalty already.
+    let unpenalized = SamplingParams { repetition_penalty: 1.0, ..spec.params.clone() };
     let mut history = std::borrow::Cow::Borrowed(&spec.history[..]);
     let mut out = Vec::with_capacity(rows);
     for j in 0..rows {
         let row = &logits[j * vocab..(j + 1) * vocab];
-        let id = sample(row, &spec.params, &history, spec.position + j as u64);
+        let position = spec.position + j as u64;
+        let id = match (shaped, masks.map(|m| m.get(j))) {
+            (_, Some(None)) => break,
+            (true, mask) => {
+                let mask = mask.flatten().map(Vec::as_slice);
+                let generated = history.get(spec.prompt_len..).unwrap_or_default();
+                let shaped = shape_row(row, &spec.params, &spec.rules, &history, generated, mask);
+                if shaped.iter().all(|l| *l == f32::NEG_INFINITY) {
+                    return Err(format!("no token of the vocabulary of {vocab} is allowed at position {position}"));
+                }
+                sample(&shaped, &unpenalized, &[], position)
+            }
+            (false, _) => sample(row, &spec.params, &history, position),
+        };
         out.push(Sampled { lane_id: lane.lane_id, id, logprob: spec.logprobs.map(|n| logprob(row, id, n)) });
         if spec.draft.get(j) != Some(&id) {
             break;
         }
-        if spec.params.repetition_penalty != 1.0 {
+        if grows {
             history.to_mut().push(id);
         }
     }
-    out
+    Ok(out)
 }
 
 /// The drawn token's log-probability and the `n` most likely, ties to the lower id.
@@ -313,7 +408,9 @@ mod tests {
     /// A lane whose step carries `draft`, seeded and hot so each position's draw differs, with a penalty.
     fn drafting_lane(draft: Vec<u32>) -> PlannedLane {
         let params = SamplingParams { temperature: 1.5, repetition_penalty: 1.2, seed: 9, ..Default::default() };
-        let sample = SampleSpec { params, history: vec![3, 4, 5], position: 40, logprobs: Some(2), draft };
+        let (rules, history) = (Default::default(), vec![3, 4, 5]);
+        let sample =
+            SampleSpec { params, history, prompt_len: 3, rules, masked: false, position: 40, logprobs: Some(2), draft };
         let (tokens, pages) = (Vec::new(), Vec::new());
         PlannedLane { lane_id: 1, model: 0, tokens, start_pos: 39, pages, sample: Some(sample), embed: false }
     }
@@ -329,21 +426,21 @@ mod tests {
         for (j, row) in rows.iter().enumerate() {
             let spec = plain.sample.as_mut().unwrap();
             spec.position = 40 + j as u64;
-            let s = draw(&plain, row).remove(0);
+            let s = draw(&plain, row, None).unwrap().remove(0);
             plain.sample.as_mut().unwrap().history.push(s.id);
             ids.push(s);
         }
         assert!(ids.windows(2).any(|w| w[0].id != w[1].id), "the rows draw different tokens");
         let flat: Vec<f32> = rows.concat();
         // A draft of the plain tokens is kept whole, and the row after it draws the next one.
-        let all = draw(&drafting_lane(ids[..4].iter().map(|s| s.id).collect()), &flat);
+        let all = draw(&drafting_lane(ids[..4].iter().map(|s| s.id).collect()), &flat, None).unwrap();
         let got: Vec<(u32, Option<TokenLogprob>)> = all.iter().map(|s| (s.id, s.logprob.clone())).collect();
         let want: Vec<(u32, Option<TokenLogprob>)> = ids.iter().map(|s| (s.id, s.logprob.clone())).collect();
         assert_eq!(got, want);
         // A draft that goes wrong at its third token keeps the first two and the row that disagreed.
         let mut wrong: Vec<u32> = ids[..4].iter().map(|s| s.id).collect();
         wrong[2] = (wrong[2] + 1) % vocab as u32;
-        let some = draw(&drafting_lane(wrong), &flat);
+        let some = draw(&drafting_lane(wrong), &flat, None).unwrap();
         assert_eq!(some.iter().map(|s| s.id).collect::<Vec<_>>(), ids[..3].iter().map(|s| s.id).collect::<Vec<_>>());
     }
 
@@ -353,14 +450,14 @@ mod tests {
         lane.sample.as_mut().unwrap().params = SamplingParams { temperature: 0.0, ..Default::default() };
         lane.sample.as_mut().unwrap().logprobs = None;
         assert_eq!(logits_for(lane.sample.as_ref().unwrap()), Logits::Picks);
-        let ids = |s: Vec<Sampled>| s.iter().map(|s| s.id).collect::<Vec<_>>();
+        let ids = |s: Result<Vec<Sampled>, String>| s.unwrap().iter().map(|s| s.id).collect::<Vec<_>>();
         assert_eq!(
-            ids(draw(&lane, &[5.0, 7.0, 9.0, 2.0])),
+            ids(draw(&lane, &[5.0, 7.0, 9.0, 2.0], None)),
             vec![5, 7, 9],
             "the third draft failed: its row's pick ends it"
         );
-        assert_eq!(ids(draw(&lane, &[5.0, 7.0, 3.0, 2.0])), vec![5, 7, 3, 2], "all kept, and the row after");
-        assert_eq!(ids(draw(&lane, &[6.0, 7.0, 3.0, 2.0])), vec![6], "the first failed");
+        assert_eq!(ids(draw(&lane, &[5.0, 7.0, 3.0, 2.0], None)), vec![5, 7, 3, 2], "all kept, and the row after");
+        assert_eq!(ids(draw(&lane, &[6.0, 7.0, 3.0, 2.0], None)), vec![6], "the first failed");
     }
 
     fn job() -> (Job, oneshot::Receiver<RoundOutput>) {

@@ -298,6 +298,8 @@ impl Runtime {
             logprobs: work.logprobs,
             cache: work.cache,
             draft: work.draft,
+            rules: Arc::new(work.rules),
+            constraint: work.constraint,
             frames,
             to: actor.clone().recipient(),
             pcm: actor.clone().recipient(),

@@ -19,6 +19,8 @@ pub enum EngineError {
     Panicked(String),
     #[error("the engine thread has stopped")]
     Stopped,
+    #[error("the lane's grammar failed: {0}")]
+    Grammar(String),
 }
 
 impl EngineError {
@@ -31,6 +33,7 @@ impl EngineError {
             EngineError::Voice(_) => "engine_voice_error",
             EngineError::Panicked(_) => "engine_panicked",
             EngineError::Stopped => "engine_stopped",
+            EngineError::Grammar(_) => "engine_grammar_error",
         }
     }
 }
@@ -224,8 +227,6 @@ pub trait Constraint: Send {
     fn commit(&mut self, id: u32) -> Result<(), String>;
     /// Takes back the last `n` committed tokens.
     fn rollback(&mut self, n: usize) -> Result<(), String>;
-    /// Whether the grammar is complete and allows no further token.
-    fn is_done(&mut self) -> bool;
 }
 
 /// What a token lane's tokens become.

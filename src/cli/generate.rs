@@ -76,9 +76,9 @@ pub fn generate(args: GenerateArgs, settings: &Settings) -> Result<()> {
         let template = tok.chat_template().context("the model has no chat template; drop --chat")?;
         let mut messages = Vec::new();
         if let Some(system) = args.system {
-            messages.push(ChatMessage { role: "system".into(), content: system });
+            messages.push(ChatMessage::new("system", system));
         }
-        messages.push(ChatMessage { role: "user".into(), content: args.prompt });
+        messages.push(ChatMessage::new("user", args.prompt));
         render_chat(template, &messages, true, tok.bos_token().unwrap_or(""), tok.eos_token().unwrap_or(""))?
     } else {
         args.prompt

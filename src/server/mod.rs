@@ -4,12 +4,15 @@ pub mod embeddings;
 pub mod error;
 pub mod openai;
 pub mod reply;
+pub mod responses;
 pub mod routes;
 #[cfg(test)]
 mod routes_tests;
+pub mod rules;
 pub mod speech;
 pub mod sse;
 pub mod starting;
+pub mod tools;
 pub mod validate;
 
 use std::future::Future;
@@ -27,6 +30,7 @@ pub use routes::{app, app_over, configure, Slot};
 pub use starting::Starting;
 
 use tensorfold_engine::speech::speakers::Speakers;
+use tensorfold_engine::text::grammar::Grammars;
 use tensorfold_engine::text::tokenizer::Tokenizer;
 
 /// What the handlers need from the runtime; `Runtime` is the one real implementation.
@@ -72,11 +76,14 @@ pub struct AppState<B = Runtime> {
     pub created: u64,
     /// The speakers behind `/v1/audio/speech`; empty when no speech model is loaded.
     pub speakers: Arc<Speakers>,
+    /// The text model's `response_format` compiler; its tables are built on the first grammar.
+    pub grammars: Grammars,
 }
 
 impl<B: Backend> AppState<B> {
     pub fn new(runtime: B, tokenizer: Arc<Tokenizer>, model_name: String, api_key: Option<String>) -> AppState<B> {
-        AppState { runtime, tokenizer, model_name, api_key, created: unix_now(), speakers: Arc::default() }
+        let grammars = Grammars::new(Arc::clone(&tokenizer));
+        AppState { runtime, tokenizer, model_name, api_key, created: unix_now(), speakers: Arc::default(), grammars }
     }
 }
 

@@ -1,10 +1,13 @@
 //! OpenAI's wire types: requests parsed field by field so every error names its field, and responses.
 
 use serde::de::DeserializeOwned;
-use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
+pub use super::responses::*;
+pub use super::rules::ResponseFormat;
+use super::tools::{parse_message_calls, parse_tools, ToolRequest};
+use tensorfold_engine::text::chat::ToolCall;
 
 /// Fields both endpoints share; absent and `null` are both `None`.
 #[derive(Debug, Default, PartialEq)]
@@ -24,6 +27,7 @@ pub struct CommonParams {
     pub presence_penalty: Option<f32>,
     pub frequency_penalty: Option<f32>,
     pub logit_bias: Option<Map<String, Value>>,
+    pub response_format: Option<ResponseFormat>,
     /// `false` skips the prefix cache: no lookup, and the prompt's pages are not kept.
     pub cache: Option<bool>,
     /// `false` turns drafting off for the request; its output is the same either way.
@@ -41,6 +45,8 @@ pub enum Role {
     System,
     User,
     Assistant,
+    /// A function's result, answering an assistant's call.
+    Tool,
 }
 
 impl Role {
@@ -49,6 +55,7 @@ impl Role {
             Role::System => "system",
             Role::User => "user",
             Role::Assistant => "assistant",
+            Role::Tool => "tool",
         }
     }
 }
@@ -58,11 +65,19 @@ impl Role {
 pub struct RequestMessage {
     pub role: Role,
     pub content: String,
+    /// An assistant's earlier calls.
+    pub tool_calls: Vec<ToolCall>,
+    /// On a tool message: the call it answers.
+    pub tool_call_id: Option<String>,
+    /// On a tool message: the function's name, when given.
+    pub name: Option<String>,
 }
 
 #[derive(Debug, PartialEq)]
 pub struct ChatCompletionRequest {
     pub messages: Vec<RequestMessage>,
+    /// `tools`, `tool_choice` and `parallel_tool_calls`; `None` when no tools are offered.
+    pub tools: Option<ToolRequest>,
     pub common: CommonParams,
     pub max_completion_tokens: Option<u64>,
     pub logprobs: bool,
@@ -78,8 +93,10 @@ pub enum Prompt {
 
 #[derive(Debug, PartialEq)]
 pub struct CompletionRequest {
-    pub prompt: Prompt,
+    /// One or more prompts; each gets `n` choices.
+    pub prompts: Vec<Prompt>,
     pub common: CommonParams,
+    pub max_completion_tokens: Option<u64>,
     pub logprobs: Option<u64>,
     pub echo: bool,
     pub suffix: Option<String>,
@@ -129,6 +146,7 @@ impl Fields {
             presence_penalty: self.take("presence_penalty")?,
             frequency_penalty: self.take("frequency_penalty")?,
             logit_bias: self.take("logit_bias")?,
+            response_format: self.take_value("response_format").map(ResponseFormat::parse).transpose()?,
             cache: self.take("cache")?,
             draft: self.take("draft")?,
         })
@@ -151,18 +169,10 @@ impl ChatCompletionRequest {
             return Err(ApiError::invalid("messages", "'messages' must be a list of messages"));
         };
         let messages = items.into_iter().enumerate().map(|(i, m)| parse_message(i, m)).collect::<Result<_, _>>()?;
-        for unsupported in ["tools", "functions"] {
-            if fields.take_value(unsupported).is_some_and(|v| v.as_array().is_none_or(|a| !a.is_empty())) {
-                return Err(ApiError::invalid(unsupported, format!("'{unsupported}' is not supported")));
-            }
-        }
-        if let Some(format) = fields.take_value("response_format") {
-            if format.get("type").and_then(Value::as_str) != Some("text") {
-                return Err(ApiError::invalid("response_format", "only {\"type\": \"text\"} is supported"));
-            }
-        }
+        let tools = parse_tools(&mut fields)?;
         Ok(ChatCompletionRequest {
             messages,
+            tools,
             common: fields.common()?,
             max_completion_tokens: fields.take("max_completion_tokens")?,
             logprobs: fields.take("logprobs")?.unwrap_or(false),
@@ -180,15 +190,17 @@ fn parse_message(index: usize, message: Value) -> Result<RequestMessage, ApiErro
         Some("system" | "developer") => Role::System,
         Some("user") => Role::User,
         Some("assistant") => Role::Assistant,
+        Some("tool" | "function") => Role::Tool,
         Some(other) => {
-            let message = format!("{}: role '{other}' is not supported; use system, user or assistant", at(".role"));
+            let message =
+                format!("{}: role '{other}' is not supported; use system, user, assistant or tool", at(".role"));
             return Err(ApiError::invalid(at(".role"), message));
         }
         None => return Err(ApiError::invalid(at(".role"), format!("{} must be a string", at(".role")))),
     };
     let content = match message.remove("content").unwrap_or(Value::Null) {
         Value::String(text) => text,
-        Value::Null if role == Role::Assistant => String::new(),
+        Value::Null if role == Role::Assistant || role == Role::Tool => String::new(),
         Value::Array(parts) => {
             let texts = parts.into_iter().enumerate().map(|(j, part)| {
                 let part_at = at(&format!(".content[{j}]"));
@@ -211,16 +223,38 @@ fn parse_message(index: usize, message: Value) -> Result<RequestMessage, ApiErro
             return Err(ApiError::invalid(at(".content"), message));
         }
     };
-    Ok(RequestMessage { role, content })
+    let tool_calls = match message.remove("tool_calls").filter(|v| !v.is_null()) {
+        Some(calls) if role == Role::Assistant => parse_message_calls(&at(""), calls)?,
+        Some(_) => {
+            let message = format!("{} is only allowed on assistant messages", at(".tool_calls"));
+            return Err(ApiError::invalid(at(".tool_calls"), message));
+        }
+        None => Vec::new(),
+    };
+    let mut text_field = |key: &str| match message.remove(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text)),
+        Some(_) => {
+            let field = at(&format!(".{key}"));
+            Err(ApiError::invalid(field.clone(), format!("{field} must be a string")))
+        }
+    };
+    let (tool_call_id, name) = (text_field("tool_call_id")?, text_field("name")?);
+    if role == Role::Tool && tool_call_id.is_none() && name.is_none() {
+        let message = format!("{} must be the id of the call this message answers", at(".tool_call_id"));
+        return Err(ApiError::invalid(at(".tool_call_id"), message));
+    }
+    Ok(RequestMessage { role, content, tool_calls, tool_call_id, name })
 }
 
 impl CompletionRequest {
     pub fn from_json(body: &[u8]) -> Result<CompletionRequest, ApiError> {
         let mut fields = Fields::parse(body)?;
-        let prompt = parse_prompt(fields.required("prompt")?)?;
+        let prompts = parse_prompts(fields.required("prompt")?)?;
         Ok(CompletionRequest {
-            prompt,
+            prompts,
             common: fields.common()?,
+            max_completion_tokens: fields.take("max_completion_tokens")?,
             logprobs: fields.take("logprobs")?,
             echo: fields.take("echo")?.unwrap_or(false),
             suffix: fields.take("suffix")?,
@@ -229,202 +263,30 @@ impl CompletionRequest {
     }
 }
 
-/// A string, a list of one string, a list of token ids, or a list of one list of ids.
-fn parse_prompt(value: Value) -> Result<Prompt, ApiError> {
+/// A string, a list of token ids, or a list of either: several prompts.
+fn parse_prompts(value: Value) -> Result<Vec<Prompt>, ApiError> {
     let ids = |items: &[Value]| -> Option<Vec<u32>> {
         items.iter().map(|v| v.as_u64().and_then(|id| u32::try_from(id).ok())).collect()
     };
-    let batch = || ApiError::invalid("prompt", "only one prompt per request is supported");
-    let wrong = || ApiError::invalid("prompt", "'prompt' must be a string, a list of one string, or token ids");
+    let wrong = || {
+        ApiError::invalid("prompt", "'prompt' must be a string, token ids, or a list of strings or of token id lists")
+    };
     match value {
-        Value::String(text) => Ok(Prompt::Text(text)),
-        Value::Array(items) => match items.as_slice() {
-            [] => Err(ApiError::invalid("prompt", "the prompt is empty")),
-            [Value::String(text)] => Ok(Prompt::Text(text.clone())),
-            [Value::Array(inner)] => ids(inner).map(Prompt::Ids).ok_or_else(wrong),
-            [Value::String(_) | Value::Array(_), ..] => Err(batch()),
-            _ => ids(&items).map(Prompt::Ids).ok_or_else(wrong),
+        Value::String(text) => Ok(vec![Prompt::Text(text)]),
+        Value::Array(items) => match items.first() {
+            None => Err(ApiError::invalid("prompt", "the prompt is empty")),
+            Some(Value::String(_) | Value::Array(_)) => items
+                .into_iter()
+                .map(|item| match item {
+                    Value::String(text) => Ok(Prompt::Text(text)),
+                    Value::Array(inner) => ids(&inner).map(Prompt::Ids).ok_or_else(wrong),
+                    _ => Err(wrong()),
+                })
+                .collect(),
+            Some(_) => ids(&items).map(|ids| vec![Prompt::Ids(ids)]).ok_or_else(wrong),
         },
         _ => Err(wrong()),
     }
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct UsageBody {
-    pub prompt_tokens: usize,
-    pub completion_tokens: usize,
-    pub total_tokens: usize,
-    pub prompt_tokens_details: PromptTokensDetails,
-}
-
-/// OpenAI's breakdown of the prompt: the tokens served from the prefix cache.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct PromptTokensDetails {
-    pub cached_tokens: usize,
-}
-
-impl From<tensorfold_actors::request_types::Usage> for UsageBody {
-    fn from(usage: tensorfold_actors::request_types::Usage) -> UsageBody {
-        UsageBody {
-            prompt_tokens: usage.prompt_tokens,
-            completion_tokens: usage.completion_tokens,
-            total_tokens: usage.prompt_tokens + usage.completion_tokens,
-            prompt_tokens_details: PromptTokensDetails { cached_tokens: usage.cached_tokens },
-        }
-    }
-}
-
-/// A chunk's `usage`: absent unless asked for, then `null` on every chunk but the last.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum ChunkUsage {
-    Absent,
-    Null,
-    Usage(UsageBody),
-}
-
-impl ChunkUsage {
-    fn is_absent(&self) -> bool {
-        *self == ChunkUsage::Absent
-    }
-}
-
-impl Serialize for ChunkUsage {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            ChunkUsage::Usage(usage) => usage.serialize(serializer),
-            _ => serializer.serialize_none(),
-        }
-    }
-}
-
-#[derive(Debug, Serialize)]
-pub struct AssistantMessage {
-    pub role: &'static str,
-    pub content: String,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ChatChoice {
-    pub index: u32,
-    pub message: AssistantMessage,
-    pub logprobs: Option<ChatLogprobs>,
-    pub finish_reason: &'static str,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ChatCompletion {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<ChatChoice>,
-    pub usage: UsageBody,
-}
-
-#[derive(Debug, Default, Serialize)]
-pub struct Delta {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub role: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ChatChunkChoice {
-    pub index: u32,
-    pub delta: Delta,
-    pub logprobs: Option<ChatLogprobs>,
-    pub finish_reason: Option<&'static str>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ChatCompletionChunk {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<ChatChunkChoice>,
-    #[serde(skip_serializing_if = "ChunkUsage::is_absent")]
-    pub usage: ChunkUsage,
-}
-
-#[derive(Debug, Serialize)]
-pub struct CompletionChoice {
-    pub index: u32,
-    pub text: String,
-    pub logprobs: Option<CompletionLogprobs>,
-    pub finish_reason: Option<&'static str>,
-}
-
-/// Both the whole completion and a streamed chunk; they share `object: "text_completion"`.
-#[derive(Debug, Serialize)]
-pub struct Completion {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<CompletionChoice>,
-    #[serde(skip_serializing_if = "ChunkUsage::is_absent")]
-    pub usage: ChunkUsage,
-}
-
-#[derive(Debug, Serialize, PartialEq)]
-pub struct TopLogprob {
-    pub token: String,
-    pub logprob: f32,
-    pub bytes: Vec<u8>,
-}
-
-#[derive(Debug, Serialize, PartialEq)]
-pub struct ChatLogprobToken {
-    pub token: String,
-    pub logprob: f32,
-    pub bytes: Vec<u8>,
-    pub top_logprobs: Vec<TopLogprob>,
-}
-
-#[derive(Debug, Default, Serialize, PartialEq)]
-pub struct ChatLogprobs {
-    pub content: Vec<ChatLogprobToken>,
-}
-
-/// The legacy completions layout: parallel lists, one entry per token.
-#[derive(Debug, Default, Serialize, PartialEq)]
-pub struct CompletionLogprobs {
-    pub tokens: Vec<String>,
-    pub token_logprobs: Vec<f32>,
-    pub top_logprobs: Vec<TokenMap>,
-    pub text_offset: Vec<usize>,
-}
-
-/// `{token: logprob}` in the runtime's order, most likely first.
-#[derive(Debug, Default, PartialEq)]
-pub struct TokenMap(pub Vec<(String, f32)>);
-
-impl Serialize for TokenMap {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
-    }
-}
-
-#[derive(Debug, Serialize)]
-pub struct ModelCard {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub owned_by: &'static str,
-    /// Most positions one request may use, prompt plus output, under vLLM's name; absent for a voice.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_model_len: Option<usize>,
-    /// The same number under the name other servers and clients read.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub context_length: Option<usize>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ModelList {
-    pub object: &'static str,
-    pub data: Vec<ModelCard>,
 }
 
 #[cfg(test)]
@@ -491,11 +353,13 @@ mod tests {
             Some("messages[0].content[0].type")
         );
         let tool = serde_json::json!([{"role": "tool", "content": "x"}]);
-        assert_eq!(param_of(chat(serde_json::json!({"messages": tool}))).as_deref(), Some("messages[0].role"));
+        assert_eq!(param_of(chat(serde_json::json!({"messages": tool}))).as_deref(), Some("messages[0].tool_call_id"));
+        let robot = serde_json::json!([{"role": "robot", "content": "x"}]);
+        assert_eq!(param_of(chat(serde_json::json!({"messages": robot}))).as_deref(), Some("messages[0].role"));
         let number = serde_json::json!([{"role": "user", "content": 3}]);
         assert_eq!(param_of(chat(serde_json::json!({"messages": number}))).as_deref(), Some("messages[0].content"));
         let tools = serde_json::json!({"messages": [{"role": "user", "content": "x"}], "tools": [{}]});
-        assert_eq!(param_of(chat(tools)).as_deref(), Some("tools"));
+        assert_eq!(param_of(chat(tools)).as_deref(), Some("tools[0].type"));
     }
 
     #[test]
@@ -516,12 +380,17 @@ mod tests {
         let prompt = |v: serde_json::Value| {
             CompletionRequest::from_json(serde_json::json!({"prompt": v}).to_string().as_bytes())
         };
-        assert_eq!(prompt(serde_json::json!("hi")).expect("text").prompt, Prompt::Text("hi".into()));
-        assert_eq!(prompt(serde_json::json!(["hi"])).expect("one text").prompt, Prompt::Text("hi".into()));
-        assert_eq!(prompt(serde_json::json!([1, 2])).expect("ids").prompt, Prompt::Ids(vec![1, 2]));
-        assert_eq!(prompt(serde_json::json!([[3]])).expect("nested ids").prompt, Prompt::Ids(vec![3]));
-        assert_eq!(param_of(prompt(serde_json::json!(["a", "b"]))).as_deref(), Some("prompt"));
+        let text = |s: &str| Prompt::Text(s.into());
+        assert_eq!(prompt(serde_json::json!("hi")).expect("text").prompts, [text("hi")]);
+        assert_eq!(prompt(serde_json::json!(["hi"])).expect("one text").prompts, [text("hi")]);
+        assert_eq!(prompt(serde_json::json!([1, 2])).expect("ids").prompts, [Prompt::Ids(vec![1, 2])]);
+        assert_eq!(prompt(serde_json::json!([[3]])).expect("nested ids").prompts, [Prompt::Ids(vec![3])]);
+        assert_eq!(prompt(serde_json::json!(["a", "b"])).expect("texts").prompts, [text("a"), text("b")]);
+        let lists = prompt(serde_json::json!([[1, 2], [3]])).expect("id lists").prompts;
+        assert_eq!(lists, [Prompt::Ids(vec![1, 2]), Prompt::Ids(vec![3])]);
         assert_eq!(param_of(prompt(serde_json::json!([1.5]))).as_deref(), Some("prompt"));
+        assert_eq!(param_of(prompt(serde_json::json!(["a", 1]))).as_deref(), Some("prompt"));
+        assert_eq!(param_of(prompt(serde_json::json!([[1], [-1]]))).as_deref(), Some("prompt"));
         assert_eq!(param_of(prompt(serde_json::json!({}))).as_deref(), Some("prompt"));
         assert_eq!(param_of(prompt(serde_json::json!([]))).as_deref(), Some("prompt"));
     }

@@ -8,11 +8,13 @@ use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use super::openai::{
-    AssistantMessage, ChatChoice, ChatCompletion, ChatLogprobToken, ChatLogprobs, ChunkUsage, Completion,
-    CompletionChoice, CompletionLogprobs, TokenMap, TopLogprob,
+    ChatChoice, ChatCompletion, ChatLogprobToken, ChatLogprobs, ChunkUsage, Completion, CompletionChoice,
+    CompletionLogprobs, TokenMap, TopLogprob,
 };
+use super::tools::assistant_message;
 use super::validate::ReplyOptions;
 use tensorfold_engine::text::tokenizer::Tokenizer;
+use tensorfold_engine::text::tool_calls::ToolFormat;
 
 /// JSON has no infinities; OpenAI-compatible servers report impossible tokens with this floor.
 const LOGPROB_FLOOR: f32 = -9999.0;
@@ -114,40 +116,53 @@ pub enum Reply {
     Completion(Completion),
 }
 
-/// Folds a request's events into one reply.
+/// Folds one choice's events into its text, log-probabilities and end.
 pub struct Collector {
-    meta: ReplyMeta,
+    kind: Kind,
+    tools: Option<ToolFormat>,
     logprobs: Option<LogprobText>,
     text: String,
     chat_logprobs: Vec<ChatLogprobToken>,
     completion_logprobs: CompletionLogprobs,
 }
 
+/// One choice, complete.
+pub struct Collected {
+    text: String,
+    tools: Option<ToolFormat>,
+    chat_logprobs: Option<ChatLogprobs>,
+    completion_logprobs: Option<CompletionLogprobs>,
+    finish: FinishReason,
+    usage: Usage,
+}
+
 impl Collector {
-    pub fn new(meta: ReplyMeta, options: ReplyOptions, tokenizer: Arc<Tokenizer>) -> Collector {
+    /// A choice whose text starts with `prefix` (the prompt, under `echo`).
+    pub fn new(kind: Kind, options: ReplyOptions, tokenizer: Arc<Tokenizer>, prefix: String) -> Collector {
         Collector {
-            meta,
+            kind,
+            tools: options.tools,
             logprobs: options.logprobs.then(|| LogprobText::new(tokenizer)),
-            text: String::new(),
+            text: prefix,
             chat_logprobs: Vec::new(),
             completion_logprobs: CompletionLogprobs::default(),
         }
     }
 
-    /// Takes the next event (`None` when the channel closed); the reply once the runtime is done.
-    pub fn push(&mut self, event: Option<Event>) -> Result<Option<Reply>, ApiError> {
+    /// Takes the next event (`None` when the channel closed); the choice once the runtime is done.
+    pub fn push(&mut self, event: Option<Event>) -> Result<Option<Collected>, ApiError> {
         match event {
             Some(Event::Token { id, text, logprob }) => {
                 self.text.push_str(&text);
                 if let (Some(render), Some(logprob)) = (self.logprobs.as_mut(), logprob.as_ref()) {
-                    match self.meta.kind {
+                    match self.kind {
                         Kind::Chat => self.chat_logprobs.push(render.chat(id, logprob)),
                         Kind::Completion => render.push_completion(&mut self.completion_logprobs, id, logprob),
                     }
                 }
                 Ok(None)
             }
-            Some(Event::Done { finish, usage }) => Ok(Some(self.reply(finish, usage))),
+            Some(Event::Done { finish, usage }) => Ok(Some(self.collected(finish, usage))),
             Some(Event::Error(e)) => Err(ApiError::Engine(e)),
             Some(Event::Audio { .. } | Event::Embedding { .. }) => {
                 Err(ApiError::Internal("audio on a text request".into()))
@@ -156,43 +171,85 @@ impl Collector {
         }
     }
 
-    fn reply(&mut self, finish: FinishReason, usage: Usage) -> Reply {
-        let text = std::mem::take(&mut self.text);
-        let wants_logprobs = self.logprobs.is_some();
-        match self.meta.kind {
-            Kind::Chat => Reply::Chat(ChatCompletion {
-                id: self.meta.id.clone(),
-                object: "chat.completion",
-                created: self.meta.created,
-                model: self.meta.model.clone(),
-                choices: vec![ChatChoice {
-                    index: 0,
-                    message: AssistantMessage { role: "assistant", content: text },
-                    logprobs: wants_logprobs.then(|| ChatLogprobs { content: std::mem::take(&mut self.chat_logprobs) }),
-                    finish_reason: finish.as_str(),
-                }],
-                usage: usage.into(),
-            }),
-            Kind::Completion => {
-                let choice = CompletionChoice {
-                    index: 0,
-                    text,
-                    logprobs: wants_logprobs.then(|| std::mem::take(&mut self.completion_logprobs)),
-                    finish_reason: Some(finish.as_str()),
-                };
-                Reply::Completion(self.meta.completion(vec![choice], ChunkUsage::Usage(usage.into())))
-            }
+    fn collected(&mut self, finish: FinishReason, usage: Usage) -> Collected {
+        let wants = self.logprobs.is_some();
+        Collected {
+            text: std::mem::take(&mut self.text),
+            tools: self.tools,
+            chat_logprobs: (wants && self.kind == Kind::Chat)
+                .then(|| ChatLogprobs { content: std::mem::take(&mut self.chat_logprobs) }),
+            completion_logprobs: (wants && self.kind == Kind::Completion)
+                .then(|| std::mem::take(&mut self.completion_logprobs)),
+            finish,
+            usage,
         }
     }
 }
 
-/// Waits for the whole reply; dropping this future drops the receiver, which cancels the request.
-pub async fn collect(mut events: mpsc::Receiver<Event>, mut collector: Collector) -> Result<Reply, ApiError> {
-    loop {
-        if let Some(reply) = collector.push(events.recv().await)? {
-            return Ok(reply);
+/// The usage of a request's lanes: each prompt's tokens once (its lanes share it), every lane's output.
+pub fn merged_usage(usages: impl IntoIterator<Item = Usage>, n: usize) -> Usage {
+    let mut total = Usage { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0 };
+    for (index, usage) in usages.into_iter().enumerate() {
+        if index % n.max(1) == 0 {
+            total.prompt_tokens += usage.prompt_tokens;
+            total.cached_tokens += usage.cached_tokens;
+        }
+        total.completion_tokens += usage.completion_tokens;
+    }
+    total
+}
+
+/// The reply of every choice, in choice order.
+pub fn reply(meta: &ReplyMeta, choices: Vec<Collected>, n: usize) -> Reply {
+    let usage = merged_usage(choices.iter().map(|c| c.usage), n);
+    match meta.kind {
+        Kind::Chat => Reply::Chat(ChatCompletion {
+            id: meta.id.clone(),
+            object: "chat.completion",
+            created: meta.created,
+            model: meta.model.clone(),
+            choices: choices
+                .into_iter()
+                .zip(0..)
+                .map(|(c, index)| {
+                    let (message, finish_reason) = assistant_message(c.tools, c.text, c.finish.as_str());
+                    ChatChoice { index, message, logprobs: c.chat_logprobs, finish_reason }
+                })
+                .collect(),
+            usage: usage.into(),
+        }),
+        Kind::Completion => {
+            let choices = choices
+                .into_iter()
+                .zip(0..)
+                .map(|(c, index)| CompletionChoice {
+                    index,
+                    text: c.text,
+                    logprobs: c.completion_logprobs,
+                    finish_reason: Some(c.finish.as_str()),
+                })
+                .collect();
+            Reply::Completion(meta.completion(choices, ChunkUsage::Usage(usage.into())))
         }
     }
+}
+
+/// Waits for every choice; dropping this future drops the receivers, which cancels the lanes still running,
+/// and so does the first error.
+pub async fn collect(
+    lanes: Vec<(mpsc::Receiver<Event>, Collector)>,
+    meta: &ReplyMeta,
+    n: usize,
+) -> Result<Reply, ApiError> {
+    let choices = futures_util::future::try_join_all(lanes.into_iter().map(|(mut events, mut collector)| async move {
+        loop {
+            if let Some(choice) = collector.push(events.recv().await)? {
+                return Ok::<_, ApiError>(choice);
+            }
+        }
+    }))
+    .await?;
+    Ok(reply(meta, choices, n))
 }
 
 #[cfg(test)]
@@ -206,7 +263,7 @@ mod tests {
     }
 
     fn options(logprobs: bool) -> ReplyOptions {
-        ReplyOptions { stream: false, include_usage: false, logprobs }
+        ReplyOptions { stream: false, include_usage: false, logprobs, n: 1, tools: None }
     }
 
     fn token(id: u32, text: &str) -> Event {
@@ -220,7 +277,8 @@ mod tests {
             sender.try_send(event).expect("room in the channel");
         }
         drop(sender);
-        let reply = collect(receiver, Collector::new(meta(kind), options(logprobs), tokenizer())).await?;
+        let collector = Collector::new(kind, options(logprobs), tokenizer(), String::new());
+        let reply = collect(vec![(receiver, collector)], &meta(kind), 1).await?;
         Ok(serde_json::to_value(reply).expect("serializes"))
     }
 

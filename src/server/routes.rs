@@ -16,7 +16,7 @@ use super::error::ApiError;
 use super::openai::{ChatCompletionRequest, CompletionRequest, ModelCard, ModelList};
 use super::reply::{collect, Collector, Kind, ReplyMeta};
 use super::sse::{event_stream, ChunkWriter};
-use super::validate::{validate_chat, validate_completion, Validated};
+use super::validate::{validate_chat, validate_completion, TextModel, Validated};
 use super::{unix_now, AppState, Backend};
 
 /// Request bodies larger than this get a 413.
@@ -197,8 +197,8 @@ async fn chat_completions<B: Backend>(
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload, limit.0).await?;
     let request = ChatCompletionRequest::from_json(&body)?;
-    let (tokenizer, context) = (state.tokenizer.clone(), state.runtime.limits(&state.model_name).context);
-    let valid = validate_off_thread(move || validate_chat(request, &tokenizer, context)).await?;
+    let model = text_model(&state);
+    let valid = validate_off_thread(move || validate_chat(request, &model)).await?;
     generate(&state, Kind::Chat, valid).await
 }
 
@@ -210,26 +210,44 @@ async fn completions<B: Backend>(
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload, limit.0).await?;
     let request = CompletionRequest::from_json(&body)?;
-    let (tokenizer, context) = (state.tokenizer.clone(), state.runtime.limits(&state.model_name).context);
-    let valid = validate_off_thread(move || validate_completion(request, &tokenizer, context)).await?;
+    let model = text_model(&state);
+    let valid = validate_off_thread(move || validate_completion(request, &model)).await?;
     generate(&state, Kind::Completion, valid).await
 }
 
+fn text_model<B: Backend>(state: &AppState<B>) -> TextModel {
+    TextModel {
+        tokenizer: state.tokenizer.clone(),
+        grammars: state.grammars.clone(),
+        context: state.runtime.limits(&state.model_name).context,
+    }
+}
+
+/// Submits every choice's lane, then streams or collects them as one reply.
 async fn generate<B: Backend>(state: &AppState<B>, kind: Kind, valid: Validated) -> Result<HttpResponse, ApiError> {
-    let Validated { request, reply } = valid;
-    let request = ValidRequest { model: state.model_name.clone(), work: Work::Tokens(request) };
-    let events = state.runtime.submit(request).await?;
+    let Validated { lanes, prefixes, reply } = valid;
+    let mut receivers = Vec::with_capacity(lanes.len());
+    for work in lanes {
+        // A refusal drops the lanes already submitted, which cancels them.
+        let request = ValidRequest { model: state.model_name.clone(), work: Work::Tokens(work) };
+        receivers.push(state.runtime.submit(request).await?);
+    }
     let meta = ReplyMeta::new(kind, &state.model_name, unix_now());
     if reply.stream {
-        let writer = ChunkWriter::new(meta, reply, state.tokenizer.clone());
+        let writer = ChunkWriter::new(meta, reply, state.tokenizer.clone(), prefixes);
         return Ok(HttpResponse::Ok()
             .content_type("text/event-stream")
             .insert_header((header::CACHE_CONTROL, "no-cache"))
             // Proxies such as nginx would otherwise hold chunks back.
             .insert_header(("X-Accel-Buffering", "no"))
-            .streaming(event_stream(events, writer)));
+            .streaming(event_stream(receivers, writer)));
     }
-    let body = collect(events, Collector::new(meta, reply, state.tokenizer.clone())).await?;
+    let lanes = receivers
+        .into_iter()
+        .zip(prefixes)
+        .map(|(events, prefix)| (events, Collector::new(kind, reply, state.tokenizer.clone(), prefix)))
+        .collect();
+    let body = collect(lanes, &meta, reply.n).await?;
     Ok(HttpResponse::Ok().json(body))
 }
 

@@ -34,8 +34,8 @@ struct Scripted {
     ready: bool,
     /// The prompt length and max_tokens of the last submitted request.
     seen: Arc<Mutex<Option<(usize, usize)>>>,
-    /// The sender of a `Hold` request, kept to see when the receiver goes away.
-    held: Arc<Mutex<Option<mpsc::Sender<Event>>>>,
+    /// The senders of `Hold` lanes, kept to see when their receivers go away.
+    held: Arc<Mutex<Vec<mpsc::Sender<Event>>>>,
 }
 
 impl Scripted {
@@ -69,7 +69,7 @@ impl Backend for Scripted {
                 }
                 Script::Hold => {
                     sender.try_send(token(3, "hello")).expect("room in the channel");
-                    *this.held.lock().expect("not poisoned") = Some(sender);
+                    this.held.lock().expect("not poisoned").push(sender);
                 }
             }
             Ok(receiver)
@@ -163,7 +163,7 @@ async fn test_bad_requests_are_openai_400s() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(json(&body)["error"]["type"], "invalid_request_error");
     assert_eq!(json(&body)["error"]["param"], serde_json::Value::Null);
-    let two = serde_json::json!({"messages": [{"role": "user", "content": "hello"}], "n": 2});
+    let two = serde_json::json!({"messages": [{"role": "user", "content": "hello"}], "n": 9});
     let req = test::TestRequest::post().uri("/v1/chat/completions").set_json(two);
     let (status, _, body) = call(Scripted::new(Script::Reply), None, req).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -255,10 +255,68 @@ async fn test_dropped_stream_cancels_the_request() {
     let mut body = Box::pin(response.into_body());
     let first = std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await;
     assert!(first.is_some_and(|chunk| chunk.is_ok()), "the opening chunk");
-    let sender = backend.held.lock().expect("not poisoned").take().expect("the request was submitted");
+    let sender = backend.held.lock().expect("not poisoned").pop().expect("the request was submitted");
     assert!(!sender.is_closed());
     drop(body);
     assert!(sender.is_closed(), "a client gone must cancel the request");
+}
+
+#[actix_web::test]
+async fn test_dropped_stream_cancels_every_choice() {
+    let backend = Scripted::new(Script::Hold);
+    let service = test::init_service(app(state(backend.clone(), None), BODY_LIMIT)).await;
+    let mut body = chat_body(true);
+    body["n"] = serde_json::json!(3);
+    let response =
+        test::call_service(&service, test::TestRequest::post().uri("/v1/chat/completions").set_json(body).to_request())
+            .await;
+    let mut body = Box::pin(response.into_body());
+    let first = std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await;
+    assert!(first.is_some_and(|chunk| chunk.is_ok()), "the opening chunks");
+    let senders = std::mem::take(&mut *backend.held.lock().expect("not poisoned"));
+    assert_eq!(senders.len(), 3, "one lane per choice");
+    assert!(senders.iter().all(|s| !s.is_closed()));
+    drop(body);
+    assert!(senders.iter().all(|s| s.is_closed()), "a client gone must cancel every choice");
+}
+
+#[actix_web::test]
+async fn test_choices_merge_into_one_reply() {
+    let mut body = serde_json::json!({"prompt": ["hello", "world"], "n": 2, "echo": true});
+    let req = test::TestRequest::post().uri("/v1/completions").set_json(&body);
+    let (status, _, reply) = call(Scripted::new(Script::Reply), None, req).await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    let reply = json(&reply);
+    let texts: Vec<&str> =
+        reply["choices"].as_array().expect("choices").iter().map(|c| c["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["hellohello world", "hellohello world", "worldhello world", "worldhello world"]);
+    let indexes: Vec<u64> = reply["choices"].as_array().unwrap().iter().map(|c| c["index"].as_u64().unwrap()).collect();
+    assert_eq!(indexes, [0, 1, 2, 3]);
+    let num_prompt = tokenizer().encode("hello", true).expect("encodes").len();
+    assert_eq!(reply["usage"]["prompt_tokens"], 2 * num_prompt, "each prompt counted once");
+    assert_eq!(reply["usage"]["completion_tokens"], 8);
+
+    body["stream"] = serde_json::json!(true);
+    body["stream_options"] = serde_json::json!({"include_usage": true});
+    let req = test::TestRequest::post().uri("/v1/completions").set_json(&body);
+    let (_, _, events) = call(Scripted::new(Script::Reply), None, req).await;
+    let chunks: Vec<serde_json::Value> = events
+        .split_terminator("\n\n")
+        .filter_map(|e| e.strip_prefix("data: ").and_then(|d| serde_json::from_str(d).ok()))
+        .collect();
+    let mut texts = [String::new(), String::new(), String::new(), String::new()];
+    let mut finishes = [0; 4];
+    for chunk in chunks.iter().filter(|c| c["choices"][0].is_object()) {
+        let index = chunk["choices"][0]["index"].as_u64().expect("an index") as usize;
+        texts[index] += chunk["choices"][0]["text"].as_str().unwrap_or_default();
+        finishes[index] += usize::from(chunk["choices"][0]["finish_reason"].is_string());
+    }
+    assert_eq!(texts, ["hellohello world", "hellohello world", "worldhello world", "worldhello world"]);
+    assert_eq!(finishes, [1; 4]);
+    let usages: Vec<&serde_json::Value> = chunks.iter().filter(|c| c["usage"].is_object()).collect();
+    assert_eq!(usages.len(), 1, "{events}");
+    assert_eq!(usages[0]["usage"]["completion_tokens"], 8);
+    assert!(events.ends_with("data: [DONE]\n\n"));
 }
 
 #[actix_web::test]

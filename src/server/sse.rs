@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures_util::stream::{self, Stream};
+use futures_util::stream::{self, Stream, StreamExt};
 use serde::Serialize;
 use tensorfold_actors::request_types::{Event, FinishReason, TokenLogprob, Usage};
 use tokio::sync::mpsc;
@@ -13,7 +13,8 @@ use super::error::ApiError;
 use super::openai::{
     ChatChunkChoice, ChatCompletionChunk, ChatLogprobs, ChunkUsage, CompletionChoice, CompletionLogprobs, Delta,
 };
-use super::reply::{Kind, LogprobText, ReplyMeta, ENDED_EARLY};
+use super::reply::{merged_usage, Kind, LogprobText, ReplyMeta, ENDED_EARLY};
+use super::tools::{tool_deltas, tool_finish_reason, StreamPart, ToolStream};
 use super::validate::ReplyOptions;
 use tensorfold_engine::text::tokenizer::Tokenizer;
 
@@ -32,20 +33,43 @@ fn error_frame(error: &ApiError) -> String {
     serde_json::to_string(&body).map_or_else(|_| String::new(), |json| format!("data: {json}\n\n"))
 }
 
-/// Turns one request's events into SSE text.
+/// One choice's part of the stream.
+struct ChoiceState {
+    logprobs: Option<LogprobText>,
+    /// The prompt's text under `echo`: the choice's first chunk.
+    prefix: String,
+    /// Set when the choice is done.
+    usage: Option<Usage>,
+    /// Holds back text that may start a tool call, when tools are in play.
+    tools: Option<ToolStream>,
+}
+
+/// Turns the events of a request's choices into SSE text.
 pub struct ChunkWriter {
     meta: ReplyMeta,
     include_usage: bool,
-    logprobs: Option<LogprobText>,
+    n: usize,
+    choices: Vec<ChoiceState>,
 }
 
 impl ChunkWriter {
-    pub fn new(meta: ReplyMeta, options: ReplyOptions, tokenizer: Arc<Tokenizer>) -> ChunkWriter {
-        ChunkWriter {
-            meta,
-            include_usage: options.include_usage,
-            logprobs: options.logprobs.then(|| LogprobText::new(tokenizer)),
-        }
+    /// A writer for one choice per prefix (empty unless `echo`).
+    pub fn new(
+        meta: ReplyMeta,
+        options: ReplyOptions,
+        tokenizer: Arc<Tokenizer>,
+        prefixes: Vec<String>,
+    ) -> ChunkWriter {
+        let choices = prefixes
+            .into_iter()
+            .map(|prefix| ChoiceState {
+                logprobs: options.logprobs.then(|| LogprobText::new(Arc::clone(&tokenizer))),
+                prefix,
+                usage: None,
+                tools: options.tools.map(ToolStream::new),
+            })
+            .collect();
+        ChunkWriter { meta, include_usage: options.include_usage, n: options.n, choices }
     }
 
     fn usage(&self) -> ChunkUsage {
@@ -67,23 +91,33 @@ impl ChunkWriter {
         }
     }
 
-    /// What goes out before any token: the chat stream announces the assistant's role.
+    /// What goes out before any token: each chat choice announces the assistant's role, and each echoed
+    /// completion choice its prompt.
     pub fn opening(&self) -> String {
-        match self.meta.kind {
-            Kind::Chat => {
-                let delta = Delta { role: Some("assistant"), content: Some(String::new()) };
-                let choice = ChatChunkChoice { index: 0, delta, logprobs: None, finish_reason: None };
-                frame(&self.chat_chunk(vec![choice], self.usage()))
+        let mut out = String::new();
+        for (index, choice) in (0..).zip(&self.choices) {
+            match self.meta.kind {
+                Kind::Chat => {
+                    let delta = Delta { role: Some("assistant"), content: Some(String::new()), tool_calls: None };
+                    let choice = ChatChunkChoice { index, delta, logprobs: None, finish_reason: None };
+                    out += &frame(&self.chat_chunk(vec![choice], self.usage()));
+                }
+                Kind::Completion if !choice.prefix.is_empty() => {
+                    let text = choice.prefix.clone();
+                    let choice = CompletionChoice { index, text, logprobs: None, finish_reason: None };
+                    out += &frame(&self.meta.completion(vec![choice], self.usage()));
+                }
+                Kind::Completion => {}
             }
-            Kind::Completion => String::new(),
         }
+        out
     }
 
-    /// The text for the next event (`None` when the channel closed), and whether the stream is over.
-    pub fn event(&mut self, event: Option<Event>) -> (String, bool) {
+    /// The text for choice `index`'s next event (`None` when its channel closed), and whether the stream is over.
+    pub fn event(&mut self, index: usize, event: Option<Event>) -> (String, bool) {
         match event {
-            Some(Event::Token { id, text, logprob }) => (self.token(id, text, logprob.as_ref()), false),
-            Some(Event::Done { finish, usage }) => (self.done(finish, usage), true),
+            Some(Event::Token { id, text, logprob }) => (self.token(index, id, text, logprob.as_ref()), false),
+            Some(Event::Done { finish, usage }) => self.done(index, finish, usage),
             Some(Event::Error(e)) => (error_frame(&ApiError::Engine(e)) + DONE, true),
             Some(Event::Audio { .. } | Event::Embedding { .. }) => {
                 (error_frame(&ApiError::Internal("audio on a text request".into())) + DONE, true)
@@ -92,23 +126,31 @@ impl ChunkWriter {
         }
     }
 
-    fn token(&mut self, id: u32, text: String, logprob: Option<&TokenLogprob>) -> String {
-        let logprob = logprob.filter(|_| self.logprobs.is_some());
+    fn token(&mut self, index: usize, id: u32, text: String, logprob: Option<&TokenLogprob>) -> String {
+        let usage = self.usage();
+        let Some(choice) = self.choices.get_mut(index) else { return String::new() };
+        let logprob = logprob.filter(|_| choice.logprobs.is_some());
         if text.is_empty() && logprob.is_none() {
             return String::new();
         }
+        let index = index as u32;
         match self.meta.kind {
             Kind::Chat => {
-                let logprobs = match (&self.logprobs, logprob) {
+                let logprobs = match (&choice.logprobs, logprob) {
                     (Some(render), Some(lp)) => Some(ChatLogprobs { content: vec![render.chat(id, lp)] }),
                     _ => None,
                 };
-                let delta = Delta { role: None, content: Some(text) };
-                let choice = ChatChunkChoice { index: 0, delta, logprobs, finish_reason: None };
-                frame(&self.chat_chunk(vec![choice], self.usage()))
+                let mut deltas = tool_deltas(choice.tools.as_mut(), text);
+                if deltas.is_empty() && logprobs.is_some() {
+                    deltas.push(Delta::default());
+                }
+                let mut logprobs = logprobs;
+                let mut chunk =
+                    |delta| ChatChunkChoice { index, delta, logprobs: logprobs.take(), finish_reason: None };
+                deltas.into_iter().map(|delta| frame(&self.chat_chunk(vec![chunk(delta)], usage))).collect()
             }
             Kind::Completion => {
-                let logprobs = match (self.logprobs.as_mut(), logprob) {
+                let logprobs = match (choice.logprobs.as_mut(), logprob) {
                     (Some(render), Some(lp)) => {
                         let mut entry = CompletionLogprobs::default();
                         render.push_completion(&mut entry, id, lp);
@@ -116,50 +158,78 @@ impl ChunkWriter {
                     }
                     _ => None,
                 };
-                let choice = CompletionChoice { index: 0, text, logprobs, finish_reason: None };
-                frame(&self.meta.completion(vec![choice], self.usage()))
+                let choice = CompletionChoice { index, text, logprobs, finish_reason: None };
+                frame(&self.meta.completion(vec![choice], usage))
             }
         }
     }
 
-    fn done(&self, finish: FinishReason, usage: Usage) -> String {
-        let finish_reason = Some(finish.as_str());
+    /// The choice's finish chunk; after the last choice's, the usage chunk and `[DONE]`.
+    fn done(&mut self, index: usize, finish: FinishReason, usage: Usage) -> (String, bool) {
+        let mut finish_reason = Some(finish.as_str());
+        let mut held = Vec::new();
+        if let Some(choice) = self.choices.get_mut(index) {
+            choice.usage = Some(usage);
+            if let Some(tools) = choice.tools.as_mut() {
+                held = tools.finish().into_iter().map(StreamPart::into_delta).collect();
+                finish_reason = Some(tool_finish_reason(tools.made_calls(), finish.as_str()));
+            }
+        }
+        let index = index as u32;
         let mut out = match self.meta.kind {
             Kind::Chat => {
-                let choice = ChatChunkChoice { index: 0, delta: Delta::default(), logprobs: None, finish_reason };
-                frame(&self.chat_chunk(vec![choice], self.usage()))
+                let chunk = |delta| ChatChunkChoice { index, delta, logprobs: None, finish_reason: None };
+                let held: String =
+                    held.into_iter().map(|d| frame(&self.chat_chunk(vec![chunk(d)], self.usage()))).collect();
+                let choice = ChatChunkChoice { index, delta: Delta::default(), logprobs: None, finish_reason };
+                held + &frame(&self.chat_chunk(vec![choice], self.usage()))
             }
             Kind::Completion => {
-                let choice = CompletionChoice { index: 0, text: String::new(), logprobs: None, finish_reason };
+                let choice = CompletionChoice { index, text: String::new(), logprobs: None, finish_reason };
                 frame(&self.meta.completion(vec![choice], self.usage()))
             }
         };
+        let usages: Option<Vec<Usage>> = self.choices.iter().map(|c| c.usage).collect();
+        let Some(usages) = usages else { return (out, false) };
         if self.include_usage {
-            let usage = ChunkUsage::Usage(usage.into());
+            let usage = ChunkUsage::Usage(merged_usage(usages, self.n).into());
             out += &match self.meta.kind {
                 Kind::Chat => frame(&self.chat_chunk(Vec::new(), usage)),
                 Kind::Completion => frame(&self.meta.completion(Vec::new(), usage)),
             };
         }
-        out + DONE
+        (out + DONE, true)
     }
 }
 
-/// The response body; it owns the receiver, so dropping the body (a client gone) cancels the request.
+/// One lane's events tagged with its choice index, ending after its last (`None` if the channel closed first).
+fn choice_events(index: usize, events: mpsc::Receiver<Event>) -> impl Stream<Item = (usize, Option<Event>)> {
+    stream::unfold(Some(events), move |events| async move {
+        let mut events = events?;
+        let event = events.recv().await;
+        let more = matches!(event, Some(Event::Token { .. } | Event::Audio { .. }));
+        Some(((index, event), more.then_some(events)))
+    })
+}
+
+/// The response body; it owns every choice's receiver, so dropping the body (a client gone) cancels them all.
 pub fn event_stream(
-    events: mpsc::Receiver<Event>,
+    lanes: Vec<mpsc::Receiver<Event>>,
     writer: ChunkWriter,
 ) -> impl Stream<Item = Result<Bytes, Infallible>> + 'static {
     let opening = writer.opening();
+    // Chunks of different choices interleave as their tokens arrive.
+    let events = stream::select_all(lanes.into_iter().enumerate().map(|(i, rx)| Box::pin(choice_events(i, rx))));
     stream::unfold(Some((events, writer, opening)), |state| async move {
         let (mut events, mut writer, opening) = state?;
         if !opening.is_empty() {
             return Some((Ok(Bytes::from(opening)), Some((events, writer, String::new()))));
         }
         loop {
-            let (text, finished) = writer.event(events.recv().await);
+            let (index, event) = events.next().await.unwrap_or((0, None));
+            let (text, finished) = writer.event(index, event);
             if finished {
-                // The receiver goes with the state, before the last bytes are even written.
+                // The receivers go with the state, before the last bytes are even written.
                 return Some((Ok(Bytes::from(text)), None));
             }
             if !text.is_empty() {
@@ -179,7 +249,12 @@ mod tests {
 
     fn writer(kind: Kind, include_usage: bool, logprobs: bool) -> ChunkWriter {
         let meta = ReplyMeta { id: "id-1".into(), created: 7, model: "tiny".into(), kind };
-        ChunkWriter::new(meta, ReplyOptions { stream: true, include_usage, logprobs }, tokenizer())
+        ChunkWriter::new(
+            meta,
+            ReplyOptions { stream: true, include_usage, logprobs, n: 1, tools: None },
+            tokenizer(),
+            vec![String::new()],
+        )
     }
 
     fn token(id: u32, text: &str) -> Event {
@@ -200,7 +275,7 @@ mod tests {
             sender.try_send(event).expect("room in the channel");
         }
         drop(sender);
-        let chunks: Vec<Bytes> = event_stream(receiver, writer).map(|c| c.expect("infallible")).collect().await;
+        let chunks: Vec<Bytes> = event_stream(vec![receiver], writer).map(|c| c.expect("infallible")).collect().await;
         let text: String = chunks.iter().map(|c| std::str::from_utf8(c).expect("utf-8")).collect();
         assert!(text.ends_with(DONE), "{text}");
         text.split_terminator("\n\n")
@@ -288,7 +363,7 @@ mod tests {
     #[actix_web::test]
     async fn test_dropping_the_body_drops_the_receiver() {
         let (sender, receiver) = mpsc::channel(4);
-        let mut body = Box::pin(event_stream(receiver, writer(Kind::Chat, false, false)));
+        let mut body = Box::pin(event_stream(vec![receiver], writer(Kind::Chat, false, false)));
         assert!(body.next().await.is_some(), "the opening chunk");
         sender.try_send(token(3, "hello")).expect("room");
         assert!(body.next().await.is_some(), "a token chunk");

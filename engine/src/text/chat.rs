@@ -7,10 +7,41 @@ use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, Value};
 use serde::{Deserialize, Serialize};
 
+/// A message as templates read it; absent tool fields stay undefined, as transformers leaves them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// An assistant's calls, read as `message.tool_calls[i].function.name` and `.arguments`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    /// On a `tool` message: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// On a `tool` message: the function that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
+        ChatMessage { role: role.into(), content: content.into(), tool_calls: None, tool_call_id: None, name: None }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+/// `arguments` is the JSON value itself, as transformers passes a dict, so templates can `tojson` it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: serde_json::Value,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +62,18 @@ pub fn render_chat(
     bos_token: &str,
     eos_token: &str,
 ) -> Result<String, ChatError> {
+    render_chat_with_tools(template, messages, None, add_generation_prompt, bos_token, eos_token)
+}
+
+/// As `render_chat`, with `tools` the request's tool list (`{"type": "function", "function": {..}}` each).
+pub fn render_chat_with_tools(
+    template: &str,
+    messages: &[ChatMessage],
+    tools: Option<&[serde_json::Value]>,
+    add_generation_prompt: bool,
+    bos_token: &str,
+    eos_token: &str,
+) -> Result<String, ChatError> {
     let env = environment();
     let source = without_generation_tags(template);
     let compiled = env.template_from_str(&source).map_err(|e| ChatError::Syntax(describe(&e)))?;
@@ -40,7 +83,7 @@ pub fn render_chat(
         bos_token => bos_token,
         eos_token => eos_token,
         // transformers passes these as None when the request has none; templates test `is not none`.
-        tools => Value::from(()),
+        tools => tools.map_or_else(|| Value::from(()), Value::from_serialize),
         documents => Value::from(()),
     };
     compiled.render(context).map_err(|e| ChatError::Render(describe(&e)))
@@ -364,10 +407,7 @@ ASSISTANT:
 {% endif %}"#;
 
     fn messages(pairs: &[(&str, &str)]) -> Vec<ChatMessage> {
-        pairs
-            .iter()
-            .map(|(role, content)| ChatMessage { role: role.to_string(), content: content.to_string() })
-            .collect()
+        pairs.iter().map(|(role, content)| ChatMessage::new(*role, *content)).collect()
     }
 
     fn render(template: &str, pairs: &[(&str, &str)]) -> Result<String, ChatError> {

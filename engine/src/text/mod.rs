@@ -1,4 +1,6 @@
-//! Text in and out of a model: the tokenizer and the chat template.
+//! Text in and out of a model: the tokenizer, the chat template and grammars for constrained decoding.
 
 pub mod chat;
+pub mod grammar;
 pub mod tokenizer;
+pub mod tool_calls;

@@ -329,6 +329,11 @@ impl Tokenizer {
         self.tokens.get(id as usize).map(String::as_str)
     }
 
+    /// The Hugging Face tokenizer underneath, for libraries that take one.
+    pub fn hf(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
     pub fn token_id(&self, text: &str) -> Option<u32> {
         self.inner.token_to_id(text)
     }
