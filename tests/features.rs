@@ -268,7 +268,8 @@ fn test_response_format_constrains_to_json() {
     }
 
     let schema = json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
-        "population": {"type": "integer"}}, "required": ["city", "population"], "additionalProperties": false});
+        "population": {"type": "integer", "minimum": 0, "maximum": 99999999}}, "required": ["city", "population"],
+        "additionalProperties": false});
     let format = json!({"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": true}});
     let body = chat(&server, json!({"temperature": 0, "max_tokens": 64, "response_format": format}));
     let reply = texts(&post(&server, CHAT, &body), "/message/content").remove(0);
