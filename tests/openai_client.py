@@ -156,7 +156,10 @@ def echo_and_list_prompts(client, model):
 
 CITY_SCHEMA = {
     "type": "object",
-    "properties": {"city": {"type": "string", "maxLength": 12}, "population": {"type": "integer"}},
+    "properties": {
+        "city": {"type": "string", "maxLength": 12},
+        "population": {"type": "integer", "minimum": 0, "maximum": 99999999},
+    },
     "required": ["city", "population"],
     "additionalProperties": False,
 }
@@ -181,8 +184,8 @@ def json_formats(client, model):
         return value
 
     class City(pydantic.BaseModel):
-        city: str
-        population: int
+        city: str = pydantic.Field(max_length=12)
+        population: int = pydantic.Field(ge=0, le=99999999)
 
     parse = getattr(client.chat.completions, "parse", None) or client.beta.chat.completions.parse
     parsed = parse(response_format=City, **kwargs).choices[0].message.parsed
