@@ -136,7 +136,8 @@ fn test_bad_embedding_requests_are_400s_naming_the_field() {
         .find(|id| *id != server.model);
     if let Some(voice) = voice {
         let response = server.post_json(EMBEDDINGS, &json!({"model": voice, "input": "hello"}));
-        assert_eq!(response.status, 503, "{}", response.text());
+        assert_eq!(response.status, 400, "{}", response.text());
+        assert_eq!(response.json()["error"]["code"], "model_not_supported");
         assert!(response.json()["error"]["message"].as_str().unwrap().contains("runs speech"));
     }
 }

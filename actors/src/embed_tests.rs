@@ -1,19 +1,19 @@
-//! Embedding lanes in the rounds: a vector is the same alone, among decoding lanes and at any chunking, and an
-//! engine that cannot embed fails the embedding alone.
+//! Embedding lanes in the rounds: a vector is the same alone, among decoding lanes and at any chunking, and a model
+//! whose engine cannot embed refuses the request at submit.
 
 use tensorfold_engine::boundary::{EmbedWork, Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
 use tensorfold_kernels::attention::{attend, Query};
 use tokio::sync::mpsc::Receiver;
 
 use crate::coordinator::{Drafting, Schedule};
-use crate::request_types::{Event, ValidRequest, Work};
+use crate::request_types::{Event, SubmitError, ValidRequest, Work};
 use crate::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
 use crate::runtime_tests::{collect, on, settle, work, TEXT};
 
 const VOCAB: usize = 64;
 
 /// Rows from a row's token, its position and the mean of its lane's tokens so far, read back from the KV; with
-/// `refuses_hidden`, a step asking for hidden rows fails, as the CUDA engine's does.
+/// `refuses_hidden`, it says it cannot embed and fails a step asking for hidden rows, as the CUDA engine does.
 struct HistoryEngine {
     refuses_hidden: bool,
 }
@@ -24,6 +24,9 @@ impl Engine for HistoryEngine {
     }
     fn vocab_size(&self) -> usize {
         VOCAB
+    }
+    fn embeds(&self) -> bool {
+        !self.refuses_hidden
     }
     fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
         if self.refuses_hidden && lanes.iter().any(|l| l.logits == Logits::Hidden) {
@@ -67,7 +70,7 @@ async fn start(round_tokens: usize, refuses_hidden: bool) -> Runtime {
 
 fn embed(i: u32) -> ValidRequest {
     let prompt = (0..5 + i * 7).map(|t| (t * 11 + i) % VOCAB as u32).collect();
-    ValidRequest { model: TEXT.into(), work: Work::Embed(EmbedWork { prompt, cache: i % 2 == 0 }) }
+    ValidRequest { model: TEXT.into(), work: Work::Embed(EmbedWork { prompt, cache: i.is_multiple_of(2) }) }
 }
 
 async fn vector(mut rx: Receiver<Event>) -> Result<Vec<u32>, EngineError> {
@@ -107,16 +110,17 @@ async fn test_an_embedding_is_the_same_alone_among_decoding_lanes_and_at_any_chu
 }
 
 #[actix::test]
-async fn test_an_engine_that_cannot_embed_fails_the_embedding_alone() {
+async fn test_a_model_that_cannot_embed_refuses_at_submit_and_its_lanes_go_on() {
     let (rt, plain) = (start(16, true).await, &start(16, false).await);
     let want = futures_util::future::join_all(
         (0..3).map(|i| async move { collect(plain.submit(on(TEXT, work(i))).await.unwrap()).await }),
     );
     let want = want.await;
     let decoding: Vec<_> = futures_util::future::join_all((0..3).map(|i| rt.submit(on(TEXT, work(i))))).await;
-    let failed = vector(rt.submit(embed(2)).await.unwrap()).await;
-    assert!(matches!(failed, Err(EngineError::Sizing(_))), "{failed:?}");
+    let refused = rt.submit(embed(2)).await.err();
+    assert_eq!(refused, Some(SubmitError::Unsupported { model: TEXT.into(), what: "embeddings" }));
     let got = futures_util::future::join_all(decoding.into_iter().map(|r| collect(r.unwrap()))).await;
     assert_eq!(got, want);
+    assert!(rt.limits(TEXT).is_some_and(|l| !l.embeds));
     settle(&rt).await;
 }

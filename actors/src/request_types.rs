@@ -79,6 +79,8 @@ pub enum SubmitError {
     NoModel(String),
     #[error("model {model:?} runs {runs}, not this request's work")]
     WrongKind { model: String, runs: &'static str },
+    #[error("model {model:?} cannot make {what} on its device")]
+    Unsupported { model: String, what: &'static str },
     #[error("the runtime is shutting down")]
     Closed,
 }

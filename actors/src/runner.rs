@@ -15,7 +15,7 @@ use tensorfold_engine::boundary::{Codec, Engine, EngineError, Keep, KvPool, Lane
 
 use crate::request_types::TokenLogprob;
 use crate::round::{PlannedLane, RoundOutput, RoundPlan, SampleSpec, Sampled};
-use crate::rules::{row_masks, shape_row, LaneGrammar, RowMasks};
+use crate::rules::{row_masks, shape_row, LaneGrammar, Masks, RowMasks};
 use crate::voice::{run_step, VoiceOutput};
 
 struct Job {
@@ -151,13 +151,11 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
     RoundOutput { sampled, drafts, audio, voices, failed, hidden, grammars }
 }
 
-/// One model's forward pass: its lanes as indices into the plan, whether each lane's row came back kept, the rows,
-/// and the embedding lanes an engine that cannot embed failed.
+/// One model's forward pass: its lanes as indices into the plan, whether each lane's row came back kept, the rows.
 struct Pass {
     lanes: Vec<usize>,
     kept: Vec<bool>,
     logits: Result<Vec<Vec<f32>>, EngineError>,
-    failed: Vec<(u64, EngineError)>,
     forward: Duration,
 }
 
@@ -208,13 +206,12 @@ fn forward_all(models: &mut [ModelSlot], planned: &[PlannedLane]) -> Vec<Pass> {
             })
             .collect();
         let started = Instant::now();
-        let mut failed = Vec::new();
-        let logits = forward_or_without_embeds(engine, pool, &steps, &lanes, &mut failed);
+        let logits = engine.forward(pool, &steps);
         if let Err(e) = &logits {
             tracing::error!(model = m, lanes = lanes.len(), error = %e, "a forward pass failed");
         }
         let lanes = (0..planned.len()).filter(|&i| planned[i].model == m).collect();
-        passes.push(Pass { lanes, kept, logits, failed, forward: started.elapsed() });
+        passes.push(Pass { lanes, kept, logits, forward: started.elapsed() });
     }
     passes
 }
@@ -222,11 +219,10 @@ fn forward_all(models: &mut [ModelSlot], planned: &[PlannedLane]) -> Vec<Pass> {
 /// Every lane's draw from its rows, then its grammar takes the drawn tokens; a lane whose pass or grammar failed ends.
 fn draw_all(planned: &[PlannedLane], passes: Vec<Pass>, masks: Vec<RowMasks>) -> (Drawn, Vec<LaneGrammar>) {
     // The grammars stay out of the parallel draw, which reads only their masks.
-    let (grammars, masks): (Vec<LaneGrammar>, HashMap<u64, Result<Vec<Vec<u32>>, String>>) =
+    let (grammars, masks): (Vec<LaneGrammar>, HashMap<u64, Masks>) =
         masks.into_iter().map(|m| (m.grammar.lane_id, m)).map(|(id, m)| (m.grammar, (id, m.masks))).unzip();
     let Drawn { mut sampled, mut failed, mut hidden } = Drawn::default();
-    for mut pass in passes {
-        failed.append(&mut pass.failed);
+    for pass in passes {
         let logits = match pass.logits {
             Ok(logits) => logits,
             Err(e) => {
@@ -278,41 +274,6 @@ fn draw_all(planned: &[PlannedLane], passes: Vec<Pass>, masks: Vec<RowMasks>) ->
         }
     }
     (Drawn { sampled, failed, hidden }, kept)
-}
-
-/// The lanes' forward pass. An engine that cannot embed fails it: the other lanes run again without the embedding
-/// lanes (rewriting the same KV), and those end with the error.
-fn forward_or_without_embeds(
-    engine: &mut Box<dyn Engine>,
-    pool: &mut KvPool,
-    steps: &[LaneStep],
-    lanes: &[&PlannedLane],
-    failed: &mut Vec<(u64, EngineError)>,
-) -> Result<Vec<Vec<f32>>, EngineError> {
-    let error = match engine.forward(pool, steps) {
-        Ok(rows) => return Ok(rows),
-        Err(e) if lanes.iter().any(|l| l.embed) => e,
-        Err(e) => return Err(e),
-    };
-    failed.extend(lanes.iter().filter(|l| l.embed).map(|l| (l.lane_id, error.clone())));
-    let others: Vec<LaneStep> = steps
-        .iter()
-        .zip(lanes)
-        .filter(|(_, l)| !l.embed)
-        .map(|(s, _)| LaneStep {
-            tokens: s.tokens,
-            start_pos: s.start_pos,
-            pages: s.pages,
-            logits: s.logits,
-            keep: s.keep,
-        })
-        .collect();
-    let mut rows = match others.is_empty() {
-        true => Vec::new(),
-        false => engine.forward(pool, &others)?,
-    }
-    .into_iter();
-    Ok(lanes.iter().map(|l| if l.embed { Vec::new() } else { rows.next().unwrap_or_default() }).collect())
 }
 
 /// Whether a lane's rows change before its draw: a grammar's mask, a bias or a presence or frequency penalty.

@@ -31,6 +31,8 @@ pub struct Limits {
     /// Most positions one request may use, prompt plus generated tokens.
     pub context: usize,
     pub max_waiting: usize,
+    /// Whether the model's engine returns hidden states, so it serves embeddings.
+    pub embeds: bool,
 }
 
 /// How the runtime sizes its memory and schedules its rounds.
@@ -172,7 +174,7 @@ impl Runtime {
         let (mut slots, mut pages, mut registry) = (Vec::new(), Vec::new(), HashMap::new());
         let (mut drafts, mut vocabs) = (Vec::new(), Vec::new());
         for m in models {
-            let limits = Limits { context: m.context, max_waiting: cfg.schedule.max_waiting };
+            let mut limits = Limits { context: m.context, max_waiting: cfg.schedule.max_waiting, embeds: false };
             let (engine, target) = match m.kind {
                 ModelKind::Tokens { engine, codec } => ((engine, codec), None),
                 ModelKind::Draft { engine, target } => ((engine, None), Some(target)),
@@ -184,6 +186,7 @@ impl Runtime {
                     continue;
                 }
             };
+            limits.embeds = engine.0.embeds();
             let layout = engine.0.kv_layout(cfg.page_tokens);
             let page_bytes = layout.page_bytes();
             let num_pages = match (cfg.kv_pages, cfg.memory_limit) {
@@ -266,6 +269,9 @@ impl Runtime {
         };
         if runs != model.runs {
             return Err(SubmitError::WrongKind { model: request.model, runs: model.runs.as_str() });
+        }
+        if matches!(request.work, Work::Embed(_)) && !model.limits.embeds {
+            return Err(SubmitError::Unsupported { model: request.model, what: "embeddings" });
         }
         let lane_id = self.next_lane.fetch_add(1, Ordering::Relaxed);
         match request.work {

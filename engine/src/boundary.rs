@@ -103,6 +103,10 @@ pub trait Engine: Send {
     fn keeps_rows(&self) -> bool {
         false
     }
+    /// Whether the engine hands back a `Hidden` lane's final hidden states, as embeddings need.
+    fn embeds(&self) -> bool {
+        true
+    }
 }
 
 /// A boxed engine is driven as the engine it holds.
@@ -122,6 +126,10 @@ impl<T: Engine + ?Sized> Engine for Box<T> {
     fn keeps_rows(&self) -> bool {
         (**self).keeps_rows()
     }
+
+    fn embeds(&self) -> bool {
+        (**self).embeds()
+    }
 }
 
 /// An engine lent for a while is driven as itself.
@@ -140,6 +148,10 @@ impl<T: Engine + ?Sized> Engine for &mut T {
 
     fn keeps_rows(&self) -> bool {
         (**self).keeps_rows()
+    }
+
+    fn embeds(&self) -> bool {
+        (**self).embeds()
     }
 }
 

@@ -81,7 +81,10 @@ impl ApiError {
             ApiError::Submit(SubmitError::TooLarge { .. }) => {
                 ("invalid_request_error", Some("context_length_exceeded"))
             }
-            ApiError::Submit(SubmitError::Closed | SubmitError::NoModel(_) | SubmitError::WrongKind { .. })
+            ApiError::Submit(SubmitError::WrongKind { .. } | SubmitError::Unsupported { .. }) => {
+                ("invalid_request_error", Some("model_not_supported"))
+            }
+            ApiError::Submit(SubmitError::Closed | SubmitError::NoModel(_))
             | ApiError::Unavailable(_)
             | ApiError::Loading => ("server_error", Some("service_unavailable")),
             ApiError::Engine(e) => ("server_error", Some(e.code())),
@@ -109,8 +112,10 @@ impl ResponseError for ApiError {
             ApiError::NotFound { .. } | ApiError::ModelNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Submit(SubmitError::QueueFull(_)) => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Submit(SubmitError::TooLarge { .. }) => StatusCode::BAD_REQUEST,
-            ApiError::Submit(SubmitError::Closed | SubmitError::NoModel(_) | SubmitError::WrongKind { .. })
+            ApiError::Submit(
+                SubmitError::TooLarge { .. } | SubmitError::WrongKind { .. } | SubmitError::Unsupported { .. },
+            ) => StatusCode::BAD_REQUEST,
+            ApiError::Submit(SubmitError::Closed | SubmitError::NoModel(_))
             | ApiError::Unavailable(_)
             | ApiError::Loading => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Engine(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -178,6 +183,9 @@ mod tests {
         let too_large: ApiError = SubmitError::TooLarge { needed: 9, total: 4 }.into();
         assert_eq!(too_large.status_code(), StatusCode::BAD_REQUEST);
         assert_eq!(too_large.body().error.code, Some("context_length_exceeded"));
+        let unsupported: ApiError = SubmitError::Unsupported { model: "m".into(), what: "embeddings" }.into();
+        assert_eq!(unsupported.status_code(), StatusCode::BAD_REQUEST);
+        assert_eq!(unsupported.body().error.code, Some("model_not_supported"));
         let closed: ApiError = SubmitError::Closed.into();
         assert_eq!(closed.status_code(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(closed.body().error.kind, "server_error");

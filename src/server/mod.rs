@@ -47,7 +47,7 @@ pub trait Backend: Clone + 'static {
 impl Backend for Runtime {
     fn limits(&self, model: &str) -> Limits {
         // A model that is not registered fits nothing: every request would exceed a context of 0.
-        Runtime::limits(self, model).unwrap_or(Limits { context: 0, max_waiting: 0 })
+        Runtime::limits(self, model).unwrap_or(Limits { context: 0, max_waiting: 0, embeds: false })
     }
 
     fn submit(&self, request: ValidRequest) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>> {

@@ -46,7 +46,7 @@ impl Scripted {
 
 impl Backend for Scripted {
     fn limits(&self, _: &str) -> Limits {
-        Limits { context: CONTEXT, max_waiting: 4 }
+        Limits { context: CONTEXT, max_waiting: 4, embeds: true }
     }
 
     fn submit(&self, request: ValidRequest) -> impl Future<Output = Result<mpsc::Receiver<Event>, SubmitError>> {

@@ -358,7 +358,7 @@ impl CudaLlama {
     /// Runs the round; `Err` for a device fault or a round the buffers were not sized for.
     fn run(&mut self, pool: &KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
         if lanes.iter().any(|l| l.logits == Logits::Hidden) {
-            return Err(EngineError::Sizing("embeddings are not supported on cuda".into()));
+            return Err(EngineError::Sizing("the CUDA engine does not return hidden states".into()));
         }
         let (net, options) = (&self.net, self.options);
         let (c, s, g) = (&net.cfg, &net.scratch, &*net.gpu);
@@ -469,5 +469,9 @@ impl Engine for CudaLlama {
 
     fn keeps_rows(&self) -> bool {
         true
+    }
+
+    fn embeds(&self) -> bool {
+        false
     }
 }
