@@ -90,7 +90,7 @@ fn assert_json_when_done(i: usize, choice: &Value) {
     let text = choice["message"]["content"].as_str().unwrap_or_default();
     let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("request {i}: {text:?} is not JSON: {e}"));
     assert!(value.is_object(), "request {i}: {text}");
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         assert!(value["city"].is_string() && value["country"].is_string(), "request {i}: {text}");
     }
 }

@@ -24,8 +24,11 @@ impl std::fmt::Debug for LaneGrammar {
 /// A lane's grammar with the mask of each row its step draws, or why they could not be made.
 pub struct RowMasks {
     pub grammar: LaneGrammar,
-    pub masks: Result<Vec<Vec<u32>>, String>,
+    pub masks: Masks,
 }
+
+/// A lane's allowed-token bit words for each drafted row, or why its grammar could not give them.
+pub type Masks = Result<Vec<Vec<u32>>, String>;
 
 /// Whether a mask allows a token; ids past its words are not allowed.
 pub fn allows(mask: &[u32], id: u32) -> bool {
@@ -47,7 +50,7 @@ pub fn row_masks(grammars: Vec<LaneGrammar>, lanes: &[PlannedLane]) -> Vec<RowMa
         .collect()
 }
 
-fn masks_along(grammar: &mut dyn Constraint, draft: &[u32]) -> Result<Vec<Vec<u32>>, String> {
+fn masks_along(grammar: &mut dyn Constraint, draft: &[u32]) -> Masks {
     let mut masks = vec![grammar.allowed()?];
     let mut committed = 0;
     for &id in draft {

@@ -45,7 +45,7 @@ pub struct EmbeddingRequest {
 impl EmbeddingRequest {
     pub fn from_json(body: &[u8]) -> Result<EmbeddingRequest, ApiError> {
         let mut fields = Fields::parse(body)?;
-        let model: String = fields.take("model")?.ok_or_else(|| ApiError::invalid("model", "'model' is required"))?;
+        let model: String = fields.required_as("model")?;
         let inputs = parse_inputs(fields.required("input")?)?;
         let format = match fields.take::<String>("encoding_format")?.as_deref() {
             None | Some("float") => EncodingFormat::Float,

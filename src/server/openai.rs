@@ -129,6 +129,11 @@ impl Fields {
         self.take_value(key).ok_or_else(|| ApiError::invalid(key, format!("'{key}' is required")))
     }
 
+    /// A field that must be present, as `T`.
+    pub(super) fn required_as<T: DeserializeOwned>(&mut self, key: &str) -> Result<T, ApiError> {
+        self.take(key)?.ok_or_else(|| ApiError::invalid(key, format!("'{key}' is required")))
+    }
+
     fn common(&mut self) -> Result<CommonParams, ApiError> {
         Ok(CommonParams {
             model: self.take("model")?,

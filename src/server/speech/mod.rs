@@ -52,8 +52,8 @@ pub struct SpeechRequest {
 impl SpeechRequest {
     pub fn from_json(body: &[u8]) -> Result<SpeechRequest, ApiError> {
         let mut fields = Fields::parse(body)?;
-        let model: String = fields.take("model")?.ok_or_else(|| ApiError::invalid("model", "'model' is required"))?;
-        let input: String = fields.take("input")?.ok_or_else(|| ApiError::invalid("input", "'input' is required"))?;
+        let model: String = fields.required_as("model")?;
+        let input: String = fields.required_as("input")?;
         let chars = input.chars().count();
         if input.trim().is_empty() {
             return Err(ApiError::invalid("input", "'input' is empty or only whitespace"));
