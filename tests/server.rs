@@ -179,9 +179,10 @@ fn test_invalid_requests_get_openai_errors() {
     let names_field = error["param"] == "messages" || error["message"].as_str().unwrap_or("").contains("messages");
     assert!(names_field, "the error does not name `messages`: {error}");
 
-    let mut two = chat_body(&server, "hi", 4);
-    two["n"] = json!(2);
-    assert_openai_error(&server.post_json(CHAT, &two), 400, "n: 2");
+    let mut nine = chat_body(&server, "hi", 4);
+    nine["n"] = json!(9);
+    let error = assert_openai_error(&server.post_json(CHAT, &nine), 400, "n: 9");
+    assert_eq!(error["param"], "n", "{error}");
 
     assert_openai_error(&server.get("/v1/nope"), 404, "unknown GET route");
     assert_openai_error(&server.post_json("/v1/nope", &json!({})), 404, "unknown POST route");
