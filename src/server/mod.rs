@@ -3,6 +3,7 @@
 pub mod embeddings;
 pub mod error;
 pub mod openai;
+pub mod openapi;
 pub mod reply;
 pub mod responses;
 pub mod routes;

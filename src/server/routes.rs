@@ -91,6 +91,20 @@ async fn until_loaded<B: Backend>(
     next.call(req).await.map(ServiceResponse::map_into_left_body)
 }
 
+/// Every route `configure` serves, as `docs/openapi.yaml` writes it, with its one method.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("/v1/chat/completions", "POST"),
+    ("/v1/completions", "POST"),
+    ("/v1/models", "GET"),
+    ("/v1/models/{id}", "GET"),
+    ("/v1/audio/speech", "POST"),
+    ("/v1/audio/voices", "GET"),
+    ("/v1/embeddings", "POST"),
+    ("/openapi.json", "GET"),
+    ("/health", "GET"),
+    ("/metrics", "GET"),
+];
+
 /// The routes alone; they expect `web::Data<AppState<B>>` and the body limit registered by `app`.
 pub fn configure<B: Backend>(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -119,6 +133,11 @@ pub fn configure<B: Backend>(cfg: &mut web::ServiceConfig) {
         web::resource("/v1/embeddings")
             .route(web::post().to(super::embeddings::embeddings::<B>))
             .default_service(web::to(only("POST"))),
+    )
+    .service(
+        web::resource("/openapi.json")
+            .route(web::get().to(super::openapi::openapi))
+            .default_service(web::to(only("GET"))),
     )
     .service(web::resource("/health").route(web::get().to(health::<B>)).default_service(web::to(only("GET"))))
     .service(web::resource("/metrics").route(web::get().to(metrics::<B>)).default_service(web::to(only("GET"))));

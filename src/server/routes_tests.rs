@@ -343,3 +343,20 @@ async fn test_routes_answer_503_until_the_slot_is_filled_then_serve() {
     let req = test::TestRequest::post().uri("/v1/chat/completions").set_json(chat_body(false));
     assert_eq!(test::call_service(&service, req.to_request()).await.status(), StatusCode::OK);
 }
+
+#[actix_web::test]
+async fn test_every_route_in_the_document_answers_its_method_and_405s_another() {
+    for (path, method) in super::routes::ROUTES {
+        let uri = path.replace("{id}", "tiny");
+        let other = if *method == "GET" { "POST" } else { "GET" };
+        let request = |m: &str| {
+            test::TestRequest::default().method(m.parse().expect("a method")).uri(&uri).set_json(chat_body(false))
+        };
+        let (status, _, body) = call(Scripted::new(Script::Reply), None, request(method)).await;
+        let served = status != StatusCode::NOT_FOUND && status != StatusCode::METHOD_NOT_ALLOWED;
+        assert!(served, "{method} {uri}: {status} {body}");
+        let (status, headers, _) = call(Scripted::new(Script::Reply), None, request(other)).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{other} {uri}");
+        assert_eq!(headers.get(header::ALLOW).and_then(|v| v.to_str().ok()), Some(*method), "{uri}");
+    }
+}
