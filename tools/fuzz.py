@@ -79,7 +79,8 @@ def main():
         "--report-json-path", report,
     ]
     started = time.monotonic()
-    run = subprocess.run(command, capture_output=True, text=True)
+    # schemathesis keeps its state in the working directory: the report's, not the caller's.
+    run = subprocess.run(command, capture_output=True, text=True, cwd=report_dir)
     seconds = time.monotonic() - started
     try:
         with open(report) as f:
