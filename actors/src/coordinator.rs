@@ -8,7 +8,7 @@ use tensorfold_engine::boundary::{CodecJob, Constraint, EngineError, FrameSink, 
 use tensorfold_kernels::sampling::SamplingParams;
 
 use crate::draft::Drafter;
-use crate::embed::{EmbedLanes, EmbedRequest, LaneEmbedding};
+use crate::embed::{EmbedLanes, LaneEmbedding};
 use crate::kv::{Lease, PagePool};
 use crate::metrics::Metrics;
 use crate::request::{LaneFailed, LanePcm, LaneToken, VoiceAudio};
@@ -16,7 +16,11 @@ use crate::request_types::{FinishReason, SubmitError};
 use crate::round::{ModelId, PlannedCodec, PlannedDraft, PlannedLane, RoundOutput, RoundPlan, SampleSpec};
 use crate::rules::LaneGrammar;
 use crate::runner::EngineRunner;
-use crate::voice::{VoiceLanes, VoiceRequest};
+use crate::voice::VoiceLanes;
+
+mod handlers;
+
+pub use handlers::Close;
 
 /// Most tokens a draft model may lag its lane by and still draft this round; a longer lag catches up first.
 const DRAFT_MAX_LAG: usize = 16;
@@ -187,6 +191,8 @@ pub struct Coordinator {
     voices: VoiceLanes,
     embeds: EmbedLanes,
     in_flight: bool,
+    /// Set by `Close`: every later request is refused.
+    closed: bool,
     metrics: Arc<Metrics>,
 }
 
@@ -211,6 +217,7 @@ impl Coordinator {
             voices: VoiceLanes::default(),
             embeds: EmbedLanes::default(),
             in_flight: false,
+            closed: false,
             metrics,
         };
         coordinator.publish();
@@ -234,7 +241,10 @@ impl Coordinator {
             act.in_flight = false;
             let outbox = match output {
                 Ok(output) => act.apply(output),
-                Err(_) => act.fail_all(&EngineError::Stopped),
+                Err(_) => {
+                    tracing::error!(lanes = act.num_running(), "the engine thread stopped; failing every running lane");
+                    act.fail_all(&EngineError::Stopped)
+                }
             };
             // The next round goes to the engine before the requests hear of this one.
             act.tick(ctx);
@@ -500,7 +510,6 @@ impl Coordinator {
 
     /// Ends every running lane and every queued codec window with an error to its request.
     fn fail_all(&mut self, why: &EngineError) -> Outbox {
-        tracing::error!(%why, lanes = self.num_running(), "failing every running lane");
         let mut outbox = Outbox::default();
         for lane in self.lanes.drain(..) {
             outbox.failed.push((lane.request.failed, LaneFailed { error: why.clone() }));
@@ -528,71 +537,4 @@ impl Coordinator {
 
 impl Actor for Coordinator {
     type Context = Context<Self>;
-}
-
-impl Handler<Enqueue> for Coordinator {
-    type Result = Result<(), SubmitError>;
-
-    fn handle(&mut self, msg: Enqueue, ctx: &mut Context<Self>) -> Self::Result {
-        let pages = &self.pages[msg.model];
-        let needed = pages.pages_for(msg.prompt.len() + msg.max_tokens);
-        if needed > pages.num_total() {
-            return Err(SubmitError::TooLarge { needed, total: pages.num_total() });
-        }
-        if self.num_waiting() >= self.schedule.max_waiting {
-            return Err(SubmitError::QueueFull(self.num_waiting()));
-        }
-        self.metrics.inc_requests();
-        self.waiting.push_back(msg);
-        self.tick(ctx);
-        Ok(())
-    }
-}
-
-impl Handler<EnqueueVoice> for Coordinator {
-    type Result = Result<(), SubmitError>;
-
-    fn handle(&mut self, msg: EnqueueVoice, ctx: &mut Context<Self>) -> Self::Result {
-        if self.num_waiting() >= self.schedule.max_waiting {
-            return Err(SubmitError::QueueFull(self.num_waiting()));
-        }
-        self.metrics.inc_requests();
-        self.voices.enqueue(VoiceRequest { lane_id: msg.lane_id, model: msg.model, input: msg.input, to: msg.to });
-        self.tick(ctx);
-        Ok(())
-    }
-}
-
-impl Handler<Release> for Coordinator {
-    type Result = ();
-
-    fn handle(&mut self, msg: Release, ctx: &mut Context<Self>) {
-        self.waiting.retain(|r| r.lane_id != msg.lane_id);
-        self.lanes.retain(|l| l.request.lane_id != msg.lane_id);
-        self.codec.retain(|w| w.lane_id != msg.lane_id);
-        self.voices.release(msg.lane_id);
-        self.embeds.release(msg.lane_id);
-        self.publish();
-        self.tick(ctx);
-    }
-}
-
-impl Handler<EnqueueEmbed> for Coordinator {
-    type Result = Result<(), SubmitError>;
-
-    fn handle(&mut self, msg: EnqueueEmbed, ctx: &mut Context<Self>) -> Self::Result {
-        let pages = &self.pages[msg.model];
-        let needed = pages.pages_for(msg.prompt.len());
-        if needed > pages.num_total() {
-            return Err(SubmitError::TooLarge { needed, total: pages.num_total() });
-        }
-        if self.num_waiting() >= self.schedule.max_waiting {
-            return Err(SubmitError::QueueFull(self.num_waiting()));
-        }
-        self.metrics.inc_requests();
-        let EnqueueEmbed { lane_id, model, prompt, cache, to } = msg;
-        self.embeds.enqueue(EmbedRequest { lane_id, model, prompt, cache, to });
-        self.tick(ctx);
-        Ok(())
-    }
 }

@@ -162,6 +162,13 @@ impl EmbedLanes {
             lane.request.to.do_send(LaneEmbedding(Err(why.clone())));
         }
     }
+
+    /// Ends every waiting request with `why`.
+    pub fn fail_waiting(&mut self, why: &EngineError) {
+        for request in self.waiting.drain(..) {
+            request.to.do_send(LaneEmbedding(Err(why.clone())));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use tensorfold_engine::boundary::{Codec, EmbedWork, Engine, Output, TokenWork, Voice, VoiceInput, Work};
 use tensorfold_lend::Lent;
 
-use crate::coordinator::{Coordinator, Enqueue, EnqueueEmbed, EnqueueVoice, Schedule};
+use crate::coordinator::{Close, Coordinator, Enqueue, EnqueueEmbed, EnqueueVoice, Schedule};
 use crate::device::{cpu_driver, Adopt, Adoption, DeviceActor, Snapshot};
 use crate::kv::PagePool;
 use crate::kv_room::kv_room;
@@ -359,6 +359,16 @@ impl Runtime {
     /// Whether the model is loaded and the coordinator is running.
     pub fn is_ready(&self) -> bool {
         self.coordinator.connected() && self.device.connected()
+    }
+
+    /// Whether any request is running or waiting for a lane.
+    pub fn is_busy(&self) -> bool {
+        self.metrics.requests_running() + self.metrics.requests_waiting() > 0
+    }
+
+    /// Refuses every later request and ends every queued and running one with `EngineError::ShuttingDown`.
+    pub async fn close(&self) {
+        let _ = self.coordinator.send(Close).await;
     }
 
     /// Every metric in Prometheus text format: ours, then vLLM's names labelled with `model_name`.

@@ -131,4 +131,11 @@ impl VoiceLanes {
             lane.to.do_send(VoiceAudio { pcm: Err(why.clone()), finished: true });
         }
     }
+
+    /// Ends every waiting request with `why`.
+    pub fn fail_waiting(&mut self, why: &EngineError) {
+        for request in self.waiting.drain(..) {
+            request.to.do_send(VoiceAudio { pcm: Err(why.clone()), finished: true });
+        }
+    }
 }

@@ -21,6 +21,8 @@ pub enum EngineError {
     Stopped,
     #[error("the lane's grammar failed: {0}")]
     Grammar(String),
+    #[error("the server is shutting down")]
+    ShuttingDown,
 }
 
 impl EngineError {
@@ -34,6 +36,7 @@ impl EngineError {
             EngineError::Panicked(_) => "engine_panicked",
             EngineError::Stopped => "engine_stopped",
             EngineError::Grammar(_) => "engine_grammar_error",
+            EngineError::ShuttingDown => "server_shutting_down",
         }
     }
 }

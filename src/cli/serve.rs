@@ -39,6 +39,7 @@ pub fn serve(settings: &Settings) -> Result<()> {
         port: settings.count(Key::Port).map_or(8000, |p| p as u16),
         max_body_bytes: size(Key::MaxBodyBytes),
         api_key: settings.text(Key::ApiKey).map(str::to_string),
+        drain: std::time::Duration::from_secs(settings.count(Key::DrainSeconds).unwrap_or(20)),
     };
     // Bound first, so probes and routers see 503 while the models load and a taken port fails at once.
     let starting = Starting::bind(&serve)?;

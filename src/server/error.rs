@@ -118,6 +118,7 @@ impl ResponseError for ApiError {
             ApiError::Submit(SubmitError::Closed | SubmitError::NoModel(_))
             | ApiError::Unavailable(_)
             | ApiError::Loading => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Engine(EngineError::ShuttingDown) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Engine(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -125,7 +126,9 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
         match self {
-            ApiError::Submit(SubmitError::QueueFull(_)) | ApiError::Loading => {
+            ApiError::Submit(SubmitError::QueueFull(_))
+            | ApiError::Loading
+            | ApiError::Engine(EngineError::ShuttingDown) => {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
             ApiError::Unauthorized => {

@@ -98,6 +98,8 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     /// When set, every route but `/health` needs `Authorization: Bearer <key>`.
     pub api_key: Option<String>,
+    /// On SIGTERM or SIGINT, how long running requests have to finish.
+    pub drain: std::time::Duration,
 }
 
 // By hand, so the key never reaches a log.
@@ -108,6 +110,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("port", &self.port)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("drain", &self.drain)
             .finish()
     }
 }

@@ -1,10 +1,15 @@
-//! The server, started before the models load: it answers 503 until `serve` hands it the loaded state.
+//! The server, started before the models load: it answers 503 until `serve` hands it the loaded state, and stops on
+//! SIGTERM or SIGINT after letting running requests finish.
 
 use std::io;
 use std::net::{TcpListener, ToSocketAddrs};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
+use actix_web::dev::ServerHandle;
+use actix_web::rt::signal::unix::{signal, Signal, SignalKind};
 use actix_web::HttpServer;
+use tensorfold_actors::runtime::Runtime;
 use tokio::sync::oneshot;
 
 use super::routes::{app_over, Slot};
@@ -12,7 +17,10 @@ use super::{AppState, ServeConfig};
 
 /// How long an idle connection stays open: longer than routers' and proxies' pools keep theirs (90 s for
 /// reqwest's), so a pooled connection is never closed under the request sent on it.
-const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(120);
+const KEEP_ALIVE: Duration = Duration::from_secs(120);
+
+/// How long a stopping server waits, past the drain, for replies that are still being written.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// The running HTTP server, on its own thread, and the slot its handlers wait on.
 pub struct Starting {
@@ -26,10 +34,9 @@ impl Starting {
     pub fn bind(config: &ServeConfig) -> io::Result<Starting> {
         let mut listeners = Vec::new();
         for addr in (config.host.as_str(), config.port).to_socket_addrs()? {
-            let listener = TcpListener::bind(addr)?;
-            eprintln!("listening on http://{}", listener.local_addr()?);
-            listeners.push(listener);
+            listeners.push(TcpListener::bind(addr)?);
         }
+        let bound = listeners.iter().map(TcpListener::local_addr).collect::<io::Result<Vec<_>>>()?;
         if listeners.is_empty() {
             let why = format!("{} resolves to no address", config.host);
             return Err(io::Error::new(io::ErrorKind::AddrNotAvailable, why));
@@ -38,20 +45,32 @@ impl Starting {
         let (started_tx, started_rx) = std::sync::mpsc::channel();
         let (stopped_tx, stopped) = oneshot::channel();
         let (app_slot, api_key, max_body_bytes) = (slot.clone(), config.api_key.clone(), config.max_body_bytes);
+        let (signal_slot, drain) = (slot.clone(), config.drain);
         let thread = std::thread::Builder::new().name("tf-http".into()).spawn(move || {
             actix_web::rt::System::new().block_on(async move {
+                // Listening before the address is printed, so a signal from then on is never missed.
+                let signals = match Signals::listen() {
+                    Ok(signals) => signals,
+                    Err(e) => return drop(started_tx.send(Err(e))),
+                };
                 let server = HttpServer::new(move || app_over(app_slot.clone(), api_key.clone(), max_body_bytes))
-                    .keep_alive(KEEP_ALIVE);
+                    .keep_alive(KEEP_ALIVE)
+                    .disable_signals()
+                    .shutdown_timeout((drain + STOP_GRACE).as_secs());
                 let server = listeners.into_iter().try_fold(server, HttpServer::listen);
                 let server = match server {
                     Ok(server) => server.run(),
                     Err(e) => return drop(started_tx.send(Err(e))),
                 };
+                actix_web::rt::spawn(stop_on_signal(signals, server.handle(), signal_slot, drain));
                 let _ = started_tx.send(Ok(()));
                 let _ = stopped_tx.send(server.await);
             })
         })?;
         started_rx.recv().unwrap_or_else(|_| Err(io::Error::other("the HTTP server's thread ended")))?;
+        for addr in bound {
+            eprintln!("listening on http://{addr}");
+        }
         Ok(Starting { slot, stopped, thread })
     }
 
@@ -64,5 +83,47 @@ impl Starting {
         let result = self.stopped.await.unwrap_or_else(|_| Err(io::Error::other("the HTTP server's thread ended")));
         let _ = self.thread.join();
         result
+    }
+}
+
+/// On SIGTERM or SIGINT: exits at once while the models load; once serving, stops accepting connections, gives the
+/// running requests `drain` to finish, ends the rest with an error, and lets the server stop.
+async fn stop_on_signal(mut signals: Signals, handle: ServerHandle, slot: Slot<Runtime>, drain: Duration) {
+    let signal = signals.first().await;
+    let Some(state) = slot.get().cloned() else {
+        eprintln!("{signal} while the models load: exiting");
+        std::process::exit(0);
+    };
+    tracing::info!(
+        signal,
+        drain_seconds = drain.as_secs(),
+        "stopping: no new connections; running requests may finish"
+    );
+    let stopped = handle.stop(true);
+    let deadline = Instant::now() + drain;
+    while state.runtime.is_busy() && Instant::now() < deadline {
+        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    state.runtime.close().await;
+    stopped.await;
+}
+
+/// SIGTERM and SIGINT, caught from the moment they are listened for.
+struct Signals {
+    term: Signal,
+    interrupt: Signal,
+}
+
+impl Signals {
+    fn listen() -> io::Result<Signals> {
+        Ok(Signals { term: signal(SignalKind::terminate())?, interrupt: signal(SignalKind::interrupt())? })
+    }
+
+    /// The name of the first to arrive.
+    async fn first(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.interrupt.recv() => "SIGINT",
+        }
     }
 }

@@ -28,6 +28,7 @@ pub enum Key {
     ApiKey,
     MaxWaiting,
     MaxBodyBytes,
+    DrainSeconds,
     PageTokens,
     KvPages,
     PrefixCache,

@@ -63,6 +63,11 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::MaxBodyBytes, Some("max-body-bytes"), None, count(1, 1 << 32), Scope::Serve)
     },
     Setting {
+        default: Some("20"),
+        help: "on SIGTERM or SIGINT, seconds running requests have to finish before they end with an error",
+        ..row(Key::DrainSeconds, Some("drain-seconds"), None, count(0, 3600), Scope::Serve)
+    },
+    Setting {
         default: Some("16"),
         help: "positions per KV page",
         ..row(Key::PageTokens, Some("page-tokens"), None, count(1, 4096), Scope::Serve)

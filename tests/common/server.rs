@@ -63,7 +63,8 @@ impl Server {
             .arg("serve")
             .arg("--model")
             .arg(model)
-            .args(["--host", "127.0.0.1", "--port", "0"])
+            .args(["--host", "127.0.0.1"])
+            .args(if extra.contains(&"--port") { &[][..] } else { &["--port", "0"][..] })
             .args(device)
             .args(extra)
             .envs(env.iter().copied())
@@ -128,6 +129,24 @@ impl Server {
 
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Sends the process the signal `name` (`TERM`, `INT`, `KILL`).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill").args(["-s", name, &self.child.id().to_string()]).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -s {name} failed");
+    }
+
+    /// The process's exit status once it exits, or `None` if it is still running after `within`.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => return None,
+            }
+        }
     }
 
     /// The last lines the server wrote to stderr, for failure messages.
