@@ -1,7 +1,7 @@
 //! The request actor: one per request; turns its lane's tokens into text or audio events and stops with its client.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use tensorfold_engine::boundary::{EngineError, TextDecoder};
@@ -89,6 +89,8 @@ pub struct RequestActor {
     usage: Usage,
     submitted: Instant,
     last_token: Option<Instant>,
+    /// When set, the request ends with `EngineError::TimedOut` this long after it was submitted.
+    deadline: Option<Duration>,
     metrics: Arc<Metrics>,
 }
 
@@ -116,8 +118,14 @@ impl RequestActor {
             usage: Usage { prompt_tokens, completion_tokens: 0, cached_tokens: 0 },
             submitted: Instant::now(),
             last_token: None,
+            deadline: None,
             metrics,
         }
+    }
+
+    /// The same request, ended with `EngineError::TimedOut` once `limit` has passed since it was submitted.
+    pub fn with_deadline(self, limit: Option<Duration>) -> RequestActor {
+        RequestActor { deadline: limit, ..self }
     }
 
     /// Sends an event; a closed stream means the client left, so the actor stops.
@@ -187,6 +195,12 @@ impl Actor for RequestActor {
             actix::fut::wrap_future::<_, Self>(async move { events.closed().await })
                 .map(|(), _: &mut Self, ctx| ctx.stop()),
         );
+        if let Some(limit) = self.deadline {
+            ctx.run_later(limit, move |act, ctx| {
+                act.send(Event::Error(EngineError::TimedOut(limit)), ctx);
+                ctx.stop();
+            });
+        }
     }
 
     fn stopping(&mut self, _: &mut Context<Self>) -> Running {

@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 use tokio::sync::mpsc;
@@ -122,6 +123,8 @@ pub struct Runtime {
     device: Addr<DeviceActor>,
     metrics: Arc<Metrics>,
     next_lane: Arc<AtomicU64>,
+    /// How long a request may take, queued and running, before it ends with `EngineError::TimedOut`.
+    request_timeout: Option<Duration>,
     /// Start-up accounting that lives as long as the runtime.
     _held: Arc<Vec<Adoption>>,
 }
@@ -249,8 +252,14 @@ impl Runtime {
             device,
             metrics,
             next_lane: Arc::new(AtomicU64::new(1)),
+            request_timeout: None,
             _held: Arc::new(held),
         })
+    }
+
+    /// The runtime with every later request ending with `EngineError::TimedOut` once it has taken `limit`.
+    pub fn with_request_timeout(self, limit: Option<Duration>) -> Runtime {
+        Runtime { request_timeout: limit, ..self }
     }
 
     /// The limits of the model named `model`, or `None` if no such model is registered.
@@ -293,7 +302,8 @@ impl Runtime {
             Output::Speech(frames) => (Stream::Speech, Some(frames)),
         };
         let (coordinator, metrics) = (self.coordinator.clone(), self.metrics.clone());
-        let actor = RequestActor::new(lane_id, work.prompt.len(), stream, events, coordinator, metrics).start();
+        let actor = RequestActor::new(lane_id, work.prompt.len(), stream, events, coordinator, metrics);
+        let actor = actor.with_deadline(self.request_timeout).start();
         let enqueue = Enqueue {
             lane_id,
             model,
@@ -328,7 +338,8 @@ impl Runtime {
         // Windows are not known in advance; this bounds the audio a slow client can leave unread.
         let (events, receiver) = mpsc::channel(MAX_VOICE_EVENTS);
         let (coordinator, metrics) = (self.coordinator.clone(), self.metrics.clone());
-        let actor = RequestActor::new(lane_id, num_ids, Stream::Voice, events, coordinator, metrics).start();
+        let actor = RequestActor::new(lane_id, num_ids, Stream::Voice, events, coordinator, metrics);
+        let actor = actor.with_deadline(self.request_timeout).start();
         let enqueue = EnqueueVoice { lane_id, model, input, to: actor.clone().recipient() };
         let result = self.coordinator.send(enqueue).await.unwrap_or(Err(SubmitError::Closed));
         if result.is_err() {
@@ -346,7 +357,8 @@ impl Runtime {
     ) -> Result<mpsc::Receiver<Event>, SubmitError> {
         let (events, receiver) = mpsc::channel(2);
         let (coordinator, metrics) = (self.coordinator.clone(), self.metrics.clone());
-        let actor = RequestActor::new(lane_id, work.prompt.len(), Stream::Embed, events, coordinator, metrics).start();
+        let actor = RequestActor::new(lane_id, work.prompt.len(), Stream::Embed, events, coordinator, metrics);
+        let actor = actor.with_deadline(self.request_timeout).start();
         let (prompt, cache, to) = (work.prompt, work.cache, actor.clone().recipient());
         let result = self.coordinator.send(EnqueueEmbed { lane_id, model, prompt, cache, to }).await;
         let result = result.unwrap_or(Err(SubmitError::Closed));

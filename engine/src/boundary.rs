@@ -23,6 +23,8 @@ pub enum EngineError {
     Grammar(String),
     #[error("the server is shutting down")]
     ShuttingDown,
+    #[error("the request took longer than the server's limit of {0:?}")]
+    TimedOut(std::time::Duration),
 }
 
 impl EngineError {
@@ -37,6 +39,7 @@ impl EngineError {
             EngineError::Stopped => "engine_stopped",
             EngineError::Grammar(_) => "engine_grammar_error",
             EngineError::ShuttingDown => "server_shutting_down",
+            EngineError::TimedOut(_) => "request_timeout",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `tensorfold serve`: the text model, the speech models and the default voice, registered by name, behind HTTP.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
@@ -26,6 +27,7 @@ pub struct ServeArgs {
 
 pub fn serve(settings: &Settings) -> Result<()> {
     let size = |key| settings.size(key).expect("the table gives it a default");
+    let seconds = |key| Duration::from_secs(settings.count(key).expect("the table gives it a default"));
     let (parallel, round_tokens, page_tokens) = (size(Key::Parallel), size(Key::RoundTokens), size(Key::PageTokens));
     let speech_model = settings.path(Key::SpeechModel);
     let memory_limit = settings.size(Key::MemoryLimit);
@@ -39,8 +41,12 @@ pub fn serve(settings: &Settings) -> Result<()> {
         port: settings.count(Key::Port).map_or(8000, |p| p as u16),
         max_body_bytes: size(Key::MaxBodyBytes),
         api_key: settings.text(Key::ApiKey).map(str::to_string),
-        drain: std::time::Duration::from_secs(settings.count(Key::DrainSeconds).unwrap_or(20)),
+        drain: seconds(Key::DrainSeconds),
+        header_timeout: seconds(Key::HeaderTimeout),
+        body_timeout: seconds(Key::BodyTimeout),
+        keep_alive: seconds(Key::KeepAlive),
     };
+    let request_timeout = settings.count(Key::RequestTimeout).map(Duration::from_secs);
     // Bound first, so probes and routers see 503 while the models load and a taken port fails at once.
     let starting = Starting::bind(&serve)?;
     // Claimed before the weights load, so a refusal is logged early; the lent memory waits for the KV pool.
@@ -98,7 +104,7 @@ pub fn serve(settings: &Settings) -> Result<()> {
         speakers.push(speaker);
     }
     actix_web::rt::System::new().block_on(async move {
-        let runtime = start_runtime(device, models, cfg, lent).await?;
+        let runtime = start_runtime(device, models, cfg, lent).await?.with_request_timeout(request_timeout);
         crate::server::run(serve, starting, runtime, Arc::new(tokenizer), name, speakers).await?;
         Ok(())
     })

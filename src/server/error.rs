@@ -12,6 +12,8 @@ pub enum ApiError {
     InvalidRequest { message: String, param: Option<String>, code: Option<&'static str> },
     #[error("the request body is larger than the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
+    #[error("the request body did not arrive within {after:?}")]
+    BodyTimeout { after: std::time::Duration },
     #[error("missing or incorrect API key; send it as 'Authorization: Bearer <key>'")]
     Unauthorized,
     #[error("no route for {method} {path}")]
@@ -73,6 +75,7 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest { code, .. } => ("invalid_request_error", *code),
             ApiError::BodyTooLarge { .. } => ("invalid_request_error", Some("request_too_large")),
+            ApiError::BodyTimeout { .. } => ("invalid_request_error", Some("request_timeout")),
             ApiError::Unauthorized => ("invalid_request_error", Some("invalid_api_key")),
             ApiError::NotFound { .. } => ("invalid_request_error", Some("unknown_url")),
             ApiError::ModelNotFound(_) => ("invalid_request_error", Some("model_not_found")),
@@ -108,6 +111,7 @@ impl ResponseError for ApiError {
         match self {
             ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::NotFound { .. } | ApiError::ModelNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -119,6 +123,7 @@ impl ResponseError for ApiError {
             | ApiError::Unavailable(_)
             | ApiError::Loading => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Engine(EngineError::ShuttingDown) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Engine(EngineError::TimedOut(_)) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Engine(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

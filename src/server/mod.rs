@@ -20,7 +20,7 @@ use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tensorfold_actors::request_types::{Event, SubmitError, ValidRequest};
 use tensorfold_actors::runtime::{Limits, Runtime};
@@ -99,7 +99,12 @@ pub struct ServeConfig {
     /// When set, every route but `/health` needs `Authorization: Bearer <key>`.
     pub api_key: Option<String>,
     /// On SIGTERM or SIGINT, how long running requests have to finish.
-    pub drain: std::time::Duration,
+    pub drain: Duration,
+    /// Most time a client may take to send a request's head (408 after), its body (408), and between requests on
+    /// a kept-alive connection (closed after).
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub keep_alive: Duration,
 }
 
 // By hand, so the key never reaches a log.
@@ -111,6 +116,9 @@ impl std::fmt::Debug for ServeConfig {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("drain", &self.drain)
+            .field("header_timeout", &self.header_timeout)
+            .field("body_timeout", &self.body_timeout)
+            .field("keep_alive", &self.keep_alive)
             .finish()
     }
 }

@@ -2,6 +2,7 @@
 
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Extensions, ServiceFactory, ServiceRequest, ServiceResponse};
@@ -22,6 +23,12 @@ use super::{unix_now, AppState, Backend};
 /// Request bodies larger than this get a 413.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct BodyLimit(pub usize);
+
+/// Most time a request body may take to arrive before it gets a 408; without one registered, `BODY_TIMEOUT`.
+#[derive(Clone, Copy, Debug)]
+pub struct BodyTimeout(pub Duration);
+
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The key requests must present, if any.
 struct RequiredKey(Option<String>);
@@ -190,15 +197,19 @@ pub(super) async fn read_body(req: &HttpRequest, mut payload: web::Payload, limi
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::BodyTooLarge { limit });
     }
-    let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::invalid_body(format!("reading the request body: {e}")))?;
-        if body.len() + chunk.len() > limit {
-            return Err(ApiError::BodyTooLarge { limit });
+    let after = req.app_data::<web::Data<BodyTimeout>>().map_or(BODY_TIMEOUT, |t| t.0);
+    let read = async {
+        let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|e| ApiError::invalid_body(format!("reading the request body: {e}")))?;
+            if body.len() + chunk.len() > limit {
+                return Err(ApiError::BodyTooLarge { limit });
+            }
+            body.extend_from_slice(&chunk);
         }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body.freeze())
+        Ok(body.freeze())
+    };
+    actix_web::rt::time::timeout(after, read).await.map_err(|_| ApiError::BodyTimeout { after })?
 }
 
 /// Runs validation off the worker thread: rendering and tokenizing a long prompt is CPU work.

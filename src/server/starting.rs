@@ -8,16 +8,12 @@ use std::time::{Duration, Instant};
 
 use actix_web::dev::ServerHandle;
 use actix_web::rt::signal::unix::{signal, Signal, SignalKind};
-use actix_web::HttpServer;
+use actix_web::{web, HttpServer};
 use tensorfold_actors::runtime::Runtime;
 use tokio::sync::oneshot;
 
-use super::routes::{app_over, Slot};
+use super::routes::{app_over, BodyTimeout, Slot};
 use super::{AppState, ServeConfig};
-
-/// How long an idle connection stays open: longer than routers' and proxies' pools keep theirs (90 s for
-/// reqwest's), so a pooled connection is never closed under the request sent on it.
-const KEEP_ALIVE: Duration = Duration::from_secs(120);
 
 /// How long a stopping server waits, past the drain, for replies that are still being written.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -46,6 +42,8 @@ impl Starting {
         let (stopped_tx, stopped) = oneshot::channel();
         let (app_slot, api_key, max_body_bytes) = (slot.clone(), config.api_key.clone(), config.max_body_bytes);
         let (signal_slot, drain) = (slot.clone(), config.drain);
+        let (header_timeout, body_timeout, keep_alive) =
+            (config.header_timeout, config.body_timeout, config.keep_alive);
         let thread = std::thread::Builder::new().name("tf-http".into()).spawn(move || {
             actix_web::rt::System::new().block_on(async move {
                 // Listening before the address is printed, so a signal from then on is never missed.
@@ -53,8 +51,13 @@ impl Starting {
                     Ok(signals) => signals,
                     Err(e) => return drop(started_tx.send(Err(e))),
                 };
-                let server = HttpServer::new(move || app_over(app_slot.clone(), api_key.clone(), max_body_bytes))
-                    .keep_alive(KEEP_ALIVE)
+                let app = move || {
+                    let app = app_over(app_slot.clone(), api_key.clone(), max_body_bytes);
+                    app.app_data(web::Data::new(BodyTimeout(body_timeout)))
+                };
+                let server = HttpServer::new(app)
+                    .keep_alive(keep_alive)
+                    .client_request_timeout(header_timeout)
                     .disable_signals()
                     .shutdown_timeout((drain + STOP_GRACE).as_secs());
                 let server = listeners.into_iter().try_fold(server, HttpServer::listen);

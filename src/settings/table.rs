@@ -68,6 +68,26 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::DrainSeconds, Some("drain-seconds"), None, count(0, 3600), Scope::Serve)
     },
     Setting {
+        help:
+            "seconds a request may take, queued and running, before it ends with a request_timeout error; unset: none",
+        ..row(Key::RequestTimeout, Some("request-timeout"), None, count(1, 1 << 32), Scope::Serve)
+    },
+    Setting {
+        default: Some("5"),
+        help: "seconds a client has to send a request's head before it gets 408",
+        ..row(Key::HeaderTimeout, Some("header-timeout"), None, count(1, 3600), Scope::Serve)
+    },
+    Setting {
+        default: Some("30"),
+        help: "seconds a client has to send a request's body before it gets 408",
+        ..row(Key::BodyTimeout, Some("body-timeout"), None, count(1, 3600), Scope::Serve)
+    },
+    Setting {
+        default: Some("120"),
+        help: "seconds an idle kept-alive connection stays open (longer than routers' pools keep theirs)",
+        ..row(Key::KeepAlive, Some("keep-alive"), None, count(1, 86400), Scope::Serve)
+    },
+    Setting {
         default: Some("16"),
         help: "positions per KV page",
         ..row(Key::PageTokens, Some("page-tokens"), None, count(1, 4096), Scope::Serve)
