@@ -12,8 +12,11 @@ use crate::ledger::{DevicePtr, DriverError, DriverTable, Ledger, LedgerError, Le
 /// Alignment of host allocations: the kernels load unaligned, and up to 16 lets large zeroed blocks map lazily.
 pub const HOST_ALIGN: usize = 16;
 
-/// The CPU backend's driver: the system allocator, zeroed and 16-byte aligned.
+/// The CPU backend's driver: the system allocator, zeroed, resident and 16-byte aligned.
 pub struct CpuDriver;
+
+/// The operating system's smallest page: touching one byte in each makes an allocation resident.
+const OS_PAGE: usize = 4096;
 
 /// The driver for the CPU backend.
 pub fn cpu_driver() -> Box<dyn DriverTable> {
@@ -31,6 +34,12 @@ impl DriverTable for CpuDriver {
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
             return Err(DriverError::OutOfMemory { bytes });
+        }
+        // Touched now, the bytes are resident: a machine that cannot hold them fails at start-up, not under load,
+        // and resident memory stays flat while serving.
+        for at in (0..bytes).step_by(OS_PAGE) {
+            // SAFETY: `at` is inside the `bytes` just allocated.
+            unsafe { ptr.add(at).write_volatile(0) };
         }
         Ok(DevicePtr(ptr.expose_provenance() as u64))
     }

@@ -131,6 +131,10 @@ impl Server {
         format!("http://{}", self.addr)
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends the process the signal `name` (`TERM`, `INT`, `KILL`).
     pub fn signal(&self, name: &str) {
         let status = Command::new("kill").args(["-s", name, &self.child.id().to_string()]).status();
