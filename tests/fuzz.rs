@@ -3,9 +3,6 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
-
 use common::server::Server;
 
 /// Examples per route and phase; with the document's ten routes this generates about 2,000 cases or more.
@@ -16,19 +13,6 @@ fn test_schemathesis_finds_no_failure_in_two_thousand_cases() {
     let Some(python) = common::python_importing("schemathesis") else { return };
     // A short context keeps each generated request's output short, so the run stays within minutes.
     let server = Server::start(&["--context", "128"]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/fuzz.py");
-    let output = Command::new(&python)
-        .arg(&script)
-        .args(["--base-url", &server.base_url(), "--examples", EXAMPLES, "--seed", "1", "--min-cases", "2000"])
-        .output()
-        .expect("running tools/fuzz.py");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "tools/fuzz.py exited with {}:\n{stdout}\n{}\nserver stderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr),
-        server.stderr()
-    );
-    println!("{}", stdout.lines().last().unwrap_or_default());
+    let args = ["--base-url", &server.base_url(), "--examples", EXAMPLES, "--seed", "1", "--min-cases", "2000"];
+    println!("{}", common::run_python_tool(&python, "tools/fuzz.py", &args, || server.stderr()));
 }

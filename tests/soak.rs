@@ -3,9 +3,6 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
-
 use common::server::Server;
 
 #[test]
@@ -13,22 +10,9 @@ fn test_five_minutes_of_mixed_traffic_fail_nothing_and_keep_memory_flat() {
     let Some(python) = common::python_importing("json") else { return };
     let server = Server::start(&[]);
     let out = tempfile::tempdir().expect("a directory for the soak's files");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/soak.py");
-    let output = Command::new(&python)
-        .arg(&script)
-        .args(["--base-url", &server.base_url(), "--pid", &server.pid().to_string(), "--minutes", "5"])
-        .args(["--streams", "16", "--window-minutes", "1", "--sample-seconds", "5"])
-        .arg("--out")
-        .arg(out.path())
-        .output()
-        .expect("running tools/soak.py");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "tools/soak.py exited with {}:\n{stdout}\n{}\nserver stderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr),
-        server.stderr()
-    );
-    println!("{}", stdout.lines().last().unwrap_or_default());
+    let (pid, base_url) = (server.pid().to_string(), server.base_url());
+    let out = out.path().to_str().expect("a UTF-8 path");
+    let args = ["--base-url", &base_url, "--pid", &pid, "--minutes", "5", "--streams", "16", "--window-minutes", "1"];
+    let args = [&args[..], &["--sample-seconds", "5", "--out", out]].concat();
+    println!("{}", common::run_python_tool(&python, "tools/soak.py", &args, || server.stderr()));
 }

@@ -24,6 +24,8 @@ import time
 import urllib.error
 import urllib.request
 
+from cancel_storm import voices
+
 KINDS = ["chat_stream"] * 4 + ["chat"] * 2 + ["completion"] * 2 + ["speech"] * 2 + ["embeddings", "dropped", "bad"]
 WORDS = ["sea", "light", "stone", "river", "map", "song", "harbor", "wind", "lamp", "north"]
 
@@ -34,15 +36,6 @@ def rss_bytes(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise OSError("no VmRSS")
-
-
-def voices(base_url):
-    try:
-        with urllib.request.urlopen(f"{base_url}/v1/audio/voices", timeout=30) as response:
-            models = json.load(response).get("data", [])
-        return [v["voice"] for m in models for v in m.get("voices", [])]
-    except (OSError, ValueError, KeyError):
-        return []
 
 
 def request_for(kind, rng, voice):

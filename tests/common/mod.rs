@@ -51,3 +51,19 @@ pub fn python_importing(modules: &str) -> Option<String> {
     println!("skipping: {python} cannot import {modules} ({why}); set TF_TEST_PYTHON to a Python that can");
     None
 }
+
+/// Runs `python` on the repository's `script` with `args`; asserts it exits 0 (printing its output and the
+/// server's stderr if not) and returns its last line of stdout.
+pub fn run_python_tool(python: &str, script: &str, args: &[&str], server_stderr: impl Fn() -> String) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
+    let output = std::process::Command::new(python).arg(&path).args(args).output().expect("running the tool");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{script} exited with {}:\n{stdout}\n{}\nserver stderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        server_stderr()
+    );
+    stdout.lines().last().unwrap_or_default().to_string()
+}
