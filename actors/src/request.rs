@@ -135,6 +135,12 @@ impl RequestActor {
         }
     }
 
+    /// Ends the request with `error`, its last event.
+    fn fail(&mut self, error: EngineError, ctx: &mut Context<Self>) {
+        self.send(Event::Error(error), ctx);
+        ctx.stop();
+    }
+
     fn finish(&mut self, finish: FinishReason, ctx: &mut Context<Self>) {
         self.send(Event::Done { finish, usage: self.usage }, ctx);
         ctx.stop();
@@ -196,10 +202,7 @@ impl Actor for RequestActor {
                 .map(|(), _: &mut Self, ctx| ctx.stop()),
         );
         if let Some(limit) = self.deadline {
-            ctx.run_later(limit, move |act, ctx| {
-                act.send(Event::Error(EngineError::TimedOut(limit)), ctx);
-                ctx.stop();
-            });
+            ctx.run_later(limit, move |act, ctx| act.fail(EngineError::TimedOut(limit), ctx));
         }
     }
 
@@ -233,10 +236,7 @@ impl Handler<LanePcm> for RequestActor {
         match msg.0 {
             Ok(pcm) if pcm.is_empty() => {}
             Ok(pcm) => self.send(Event::Audio { pcm }, ctx),
-            Err(error) => {
-                self.send(Event::Error(error), ctx);
-                return ctx.stop();
-            }
+            Err(error) => return self.fail(error, ctx),
         }
         self.finish_speech_if_done(ctx);
     }
@@ -261,10 +261,7 @@ impl Handler<VoiceAudio> for RequestActor {
                 self.usage.completion_tokens += 1;
                 self.send(Event::Audio { pcm }, ctx);
             }
-            Err(error) => {
-                self.send(Event::Error(error), ctx);
-                return ctx.stop();
-            }
+            Err(error) => return self.fail(error, ctx),
         }
         if msg.finished {
             self.finish(FinishReason::Stop, ctx);
@@ -276,8 +273,7 @@ impl Handler<LaneFailed> for RequestActor {
     type Result = ();
 
     fn handle(&mut self, msg: LaneFailed, ctx: &mut Context<Self>) {
-        self.send(Event::Error(msg.error), ctx);
-        ctx.stop();
+        self.fail(msg.error, ctx);
     }
 }
 

@@ -301,9 +301,7 @@ impl Runtime {
             Output::Text(decoder) => (Stream::Text { decoder, stop_strings: work.stop_strings }, None),
             Output::Speech(frames) => (Stream::Speech, Some(frames)),
         };
-        let (coordinator, metrics) = (self.coordinator.clone(), self.metrics.clone());
-        let actor = RequestActor::new(lane_id, work.prompt.len(), stream, events, coordinator, metrics);
-        let actor = actor.with_deadline(self.request_timeout).start();
+        let actor = self.start_actor(lane_id, work.prompt.len(), stream, events);
         let enqueue = Enqueue {
             lane_id,
             model,
@@ -321,11 +319,7 @@ impl Runtime {
             pcm: actor.clone().recipient(),
             failed: actor.clone().recipient(),
         };
-        let result = self.coordinator.send(enqueue).await.unwrap_or(Err(SubmitError::Closed));
-        if result.is_err() {
-            actor.do_send(Abort);
-        }
-        result.map(|()| receiver)
+        queued(&actor, self.coordinator.send(enqueue).await, receiver)
     }
 
     async fn submit_voice(
@@ -337,15 +331,9 @@ impl Runtime {
         let num_ids = input.chunks.iter().map(Vec::len).sum();
         // Windows are not known in advance; this bounds the audio a slow client can leave unread.
         let (events, receiver) = mpsc::channel(MAX_VOICE_EVENTS);
-        let (coordinator, metrics) = (self.coordinator.clone(), self.metrics.clone());
-        let actor = RequestActor::new(lane_id, num_ids, Stream::Voice, events, coordinator, metrics);
-        let actor = actor.with_deadline(self.request_timeout).start();
+        let actor = self.start_actor(lane_id, num_ids, Stream::Voice, events);
         let enqueue = EnqueueVoice { lane_id, model, input, to: actor.clone().recipient() };
-        let result = self.coordinator.send(enqueue).await.unwrap_or(Err(SubmitError::Closed));
-        if result.is_err() {
-            actor.do_send(Abort);
-        }
-        result.map(|()| receiver)
+        queued(&actor, self.coordinator.send(enqueue).await, receiver)
     }
 
     /// An embedding lane: its prompt's hidden states pooled into one vector, sent as the one event.
@@ -356,16 +344,22 @@ impl Runtime {
         work: EmbedWork,
     ) -> Result<mpsc::Receiver<Event>, SubmitError> {
         let (events, receiver) = mpsc::channel(2);
-        let (coordinator, metrics) = (self.coordinator.clone(), self.metrics.clone());
-        let actor = RequestActor::new(lane_id, work.prompt.len(), Stream::Embed, events, coordinator, metrics);
-        let actor = actor.with_deadline(self.request_timeout).start();
+        let actor = self.start_actor(lane_id, work.prompt.len(), Stream::Embed, events);
         let (prompt, cache, to) = (work.prompt, work.cache, actor.clone().recipient());
-        let result = self.coordinator.send(EnqueueEmbed { lane_id, model, prompt, cache, to }).await;
-        let result = result.unwrap_or(Err(SubmitError::Closed));
-        if result.is_err() {
-            actor.do_send(Abort);
-        }
-        result.map(|()| receiver)
+        queued(&actor, self.coordinator.send(EnqueueEmbed { lane_id, model, prompt, cache, to }).await, receiver)
+    }
+
+    /// Starts lane `lane_id`'s request actor, ended by the runtime's request timeout if it has one.
+    fn start_actor(
+        &self,
+        lane_id: u64,
+        prompt_tokens: usize,
+        stream: Stream,
+        events: mpsc::Sender<Event>,
+    ) -> Addr<RequestActor> {
+        let (coordinator, metrics) = (self.coordinator.clone(), self.metrics.clone());
+        let actor = RequestActor::new(lane_id, prompt_tokens, stream, events, coordinator, metrics);
+        actor.with_deadline(self.request_timeout).start()
     }
 
     /// Whether the model is loaded and the coordinator is running.
@@ -394,4 +388,18 @@ impl Runtime {
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
+}
+
+/// The events' receiver once the coordinator queued the lane; otherwise the request's actor stops and the refusal
+/// (or `Closed`, when the coordinator is gone) comes back.
+fn queued(
+    actor: &Addr<RequestActor>,
+    sent: Result<Result<(), SubmitError>, MailboxError>,
+    receiver: mpsc::Receiver<Event>,
+) -> Result<mpsc::Receiver<Event>, SubmitError> {
+    let result = sent.unwrap_or(Err(SubmitError::Closed));
+    if result.is_err() {
+        actor.do_send(Abort);
+    }
+    result.map(|()| receiver)
 }

@@ -7,6 +7,7 @@ use super::{Coordinator, Enqueue, EnqueueEmbed, EnqueueVoice, Release};
 use crate::embed::EmbedRequest;
 use crate::request::LaneFailed;
 use crate::request_types::SubmitError;
+use crate::round::ModelId;
 use crate::voice::VoiceRequest;
 
 /// Shutdown: refuses every later request, and ends every queued and running one with `EngineError::ShuttingDown`.
@@ -14,21 +15,32 @@ use crate::voice::VoiceRequest;
 #[rtype(result = "()")]
 pub struct Close;
 
-impl Handler<Enqueue> for Coordinator {
-    type Result = Result<(), SubmitError>;
-
-    fn handle(&mut self, msg: Enqueue, ctx: &mut Context<Self>) -> Self::Result {
+impl Coordinator {
+    /// Whether a request may wait for a lane: the coordinator is open, `positions` on the model fit its KV pool
+    /// when given, and the queue has room.
+    fn may_queue(&self, positions: Option<(ModelId, usize)>) -> Result<(), SubmitError> {
         if self.closed {
             return Err(SubmitError::Closed);
         }
-        let pages = &self.pages[msg.model];
-        let needed = pages.pages_for(msg.prompt.len() + msg.max_tokens);
-        if needed > pages.num_total() {
-            return Err(SubmitError::TooLarge { needed, total: pages.num_total() });
+        if let Some((model, positions)) = positions {
+            let pages = &self.pages[model];
+            let needed = pages.pages_for(positions);
+            if needed > pages.num_total() {
+                return Err(SubmitError::TooLarge { needed, total: pages.num_total() });
+            }
         }
         if self.num_waiting() >= self.schedule.max_waiting {
             return Err(SubmitError::QueueFull(self.num_waiting()));
         }
+        Ok(())
+    }
+}
+
+impl Handler<Enqueue> for Coordinator {
+    type Result = Result<(), SubmitError>;
+
+    fn handle(&mut self, msg: Enqueue, ctx: &mut Context<Self>) -> Self::Result {
+        self.may_queue(Some((msg.model, msg.prompt.len() + msg.max_tokens)))?;
         self.metrics.inc_requests();
         self.waiting.push_back(msg);
         self.tick(ctx);
@@ -40,12 +52,7 @@ impl Handler<EnqueueVoice> for Coordinator {
     type Result = Result<(), SubmitError>;
 
     fn handle(&mut self, msg: EnqueueVoice, ctx: &mut Context<Self>) -> Self::Result {
-        if self.closed {
-            return Err(SubmitError::Closed);
-        }
-        if self.num_waiting() >= self.schedule.max_waiting {
-            return Err(SubmitError::QueueFull(self.num_waiting()));
-        }
+        self.may_queue(None)?;
         self.metrics.inc_requests();
         self.voices.enqueue(VoiceRequest { lane_id: msg.lane_id, model: msg.model, input: msg.input, to: msg.to });
         self.tick(ctx);
@@ -71,17 +78,7 @@ impl Handler<EnqueueEmbed> for Coordinator {
     type Result = Result<(), SubmitError>;
 
     fn handle(&mut self, msg: EnqueueEmbed, ctx: &mut Context<Self>) -> Self::Result {
-        if self.closed {
-            return Err(SubmitError::Closed);
-        }
-        let pages = &self.pages[msg.model];
-        let needed = pages.pages_for(msg.prompt.len());
-        if needed > pages.num_total() {
-            return Err(SubmitError::TooLarge { needed, total: pages.num_total() });
-        }
-        if self.num_waiting() >= self.schedule.max_waiting {
-            return Err(SubmitError::QueueFull(self.num_waiting()));
-        }
+        self.may_queue(Some((msg.model, msg.prompt.len())))?;
         self.metrics.inc_requests();
         let EnqueueEmbed { lane_id, model, prompt, cache, to } = msg;
         self.embeds.enqueue(EmbedRequest { lane_id, model, prompt, cache, to });
