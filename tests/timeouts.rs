@@ -78,3 +78,14 @@ fn test_a_head_or_body_sent_too_slowly_gets_408_and_an_idle_connection_is_closed
     let (reply, closed) = read_until_closed(&mut idle, Duration::from_secs(10));
     assert!(reply.starts_with("HTTP/1.1 200") && closed, "an idle kept-alive connection: {reply:?} closed {closed}");
 }
+
+#[test]
+fn test_a_connection_opened_ahead_and_left_unused_for_seconds_still_serves_its_first_request() {
+    // Routers' pools (hyper's among them) open connections ahead and may leave one unused for a while.
+    let server = Server::start(&["--no-voice"]);
+    let mut early = TcpStream::connect(&server.addr).expect("connects");
+    std::thread::sleep(Duration::from_secs(7));
+    early.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").expect("writes a request");
+    let (reply, _) = read_until_closed(&mut early, Duration::from_secs(2));
+    assert!(reply.starts_with("HTTP/1.1 200"), "the first request on a connection idle 7 s: {reply:?}");
+}

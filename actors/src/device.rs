@@ -477,4 +477,36 @@ mod tests {
         driver.free(MemoryKind::KvCache, empty, 0);
         assert_eq!(driver.alloc(MemoryKind::KvCache, usize::MAX), Err(DriverError::InvalidSize { bytes: usize::MAX }));
     }
+
+    /// Resident bytes of the mapping that holds `addr`, from the kernel's table of this process's mappings.
+    fn resident_bytes_at(addr: usize) -> Option<usize> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line.split_whitespace().next().and_then(|r| r.split_once('-'));
+            if let Some((lo, hi)) =
+                range.and_then(|(a, b)| Some((usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?)))
+            {
+                inside = (lo..hi).contains(&addr);
+            } else if let Some(kb) = line.strip_prefix("Rss:").filter(|_| inside) {
+                return kb.trim().trim_end_matches("kB").trim().parse::<usize>().ok().map(|k| k * 1024);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn test_cpu_driver_memory_is_resident_when_granted() {
+        // Large enough that the system allocator maps it alone, zeroed by the kernel and not yet touched.
+        let bytes = 64 << 20;
+        let mut driver = CpuDriver;
+        let ptr = driver.alloc(MemoryKind::KvCache, bytes).expect("64 MiB");
+        let Some(resident) = resident_bytes_at(ptr.0 as usize) else {
+            driver.free(MemoryKind::KvCache, ptr, bytes);
+            eprintln!("skipped: /proc/self/smaps is not readable here");
+            return;
+        };
+        driver.free(MemoryKind::KvCache, ptr, bytes);
+        assert!(resident >= bytes, "{resident} of {bytes} bytes resident when granted");
+    }
 }

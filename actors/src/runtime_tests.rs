@@ -384,12 +384,14 @@ async fn test_a_speech_window_is_decoded_in_the_round_after_its_last_frame_was_d
     settle(&rt).await;
 }
 
-/// The fake engine, except that a round holding token `POISON` fails as a device would, or panics as a bug would.
+/// The fake engine, except that a round holding token `POISON` fails as a device would, or panics as a bug would,
+/// and one holding `GREEDY` is refused memory as a driver at its limit refuses it.
 struct Faulty {
     panics: bool,
 }
 
 const POISON: u32 = 999;
+const GREEDY: u32 = 998;
 
 impl Engine for Faulty {
     fn kv_layout(&self, page_tokens: usize) -> KvLayout {
@@ -402,6 +404,9 @@ impl Engine for Faulty {
         if lanes.iter().any(|l| l.tokens.contains(&POISON)) {
             assert!(!self.panics, "the poisoned token reached the engine");
             return Err(EngineError::Device("an injected fault in the attention kernel".into()));
+        }
+        if lanes.iter().any(|l| l.tokens.contains(&GREEDY)) {
+            return Err(EngineError::OutOfMemory("the GPU: an injected refusal".into()));
         }
         FakeEngine.forward(pool, lanes)
     }
@@ -450,5 +455,17 @@ async fn test_a_panicking_round_ends_its_lanes_with_an_error_and_the_runtime_goe
     let error = error.expect("the poisoned request should end with an error event, not hang or close silently");
     assert!(matches!(&error, EngineError::Panicked(m) if m.contains("poisoned token")), "{error}");
     assert_eq!(collect(rt.submit(request(3)).await.unwrap()).await, healthy, "the runtime serves on after a failure");
+    settle(&rt).await;
+}
+
+#[actix::test]
+async fn test_a_round_refused_memory_ends_its_lanes_with_out_of_memory_and_later_requests_are_served() {
+    let rt = start_faulty(false, 1).await;
+    let healthy = collect(rt.submit(request(3)).await.unwrap()).await;
+    let refused = rt.submit(on(TEXT, TokenWork { prompt: vec![1, GREEDY], ..work(1) })).await.unwrap();
+    let waiting = rt.submit(request(3)).await.unwrap();
+    let error = error_of(refused).await.expect("the refused request ends with an error event");
+    assert_eq!(error.code(), "out_of_memory", "{error}");
+    assert_eq!(collect(waiting).await, healthy, "the request behind the refused round is served as if alone");
     settle(&rt).await;
 }

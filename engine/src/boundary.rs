@@ -25,6 +25,19 @@ pub enum EngineError {
     ShuttingDown,
     #[error("the request took longer than the server's limit of {0:?}")]
     TimedOut(std::time::Duration),
+    /// Memory a round needed was refused (the ledger's cap or the driver); the round's lanes end, the server goes on.
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
+}
+
+impl From<tensorfold_kernels::cuda::GpuError> for EngineError {
+    /// A driver's refusal for want of memory is `OutOfMemory`; any other GPU failure is `Device`.
+    fn from(e: tensorfold_kernels::cuda::GpuError) -> EngineError {
+        match e.is_out_of_memory() {
+            true => EngineError::OutOfMemory(format!("the GPU: {e}")),
+            false => EngineError::Device(e.to_string()),
+        }
+    }
 }
 
 impl EngineError {
@@ -40,6 +53,7 @@ impl EngineError {
             EngineError::Grammar(_) => "engine_grammar_error",
             EngineError::ShuttingDown => "server_shutting_down",
             EngineError::TimedOut(_) => "request_timeout",
+            EngineError::OutOfMemory(_) => "out_of_memory",
         }
     }
 }

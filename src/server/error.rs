@@ -122,7 +122,9 @@ impl ResponseError for ApiError {
             ApiError::Submit(SubmitError::Closed | SubmitError::NoModel(_))
             | ApiError::Unavailable(_)
             | ApiError::Loading => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Engine(EngineError::ShuttingDown) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Engine(EngineError::ShuttingDown | EngineError::OutOfMemory(_)) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Engine(EngineError::TimedOut(_)) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Engine(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -133,7 +135,7 @@ impl ResponseError for ApiError {
         match self {
             ApiError::Submit(SubmitError::QueueFull(_))
             | ApiError::Loading
-            | ApiError::Engine(EngineError::ShuttingDown) => {
+            | ApiError::Engine(EngineError::ShuttingDown | EngineError::OutOfMemory(_)) => {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
             ApiError::Unauthorized => {
@@ -213,5 +215,15 @@ mod tests {
         let (status, _, headers) = status_and_json(not_allowed);
         assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(headers.get(header::ALLOW).and_then(|v| v.to_str().ok()), Some("POST"));
+    }
+
+    #[test]
+    fn test_a_round_out_of_memory_is_503_with_retry_after() {
+        let refused = EngineError::OutOfMemory("the cap refused 64 bytes of activations".into());
+        let (status, json, headers) = status_and_json(ApiError::Engine(refused));
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(headers.get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
+        assert_eq!(json["error"]["code"], "out_of_memory");
+        assert_eq!(json["error"]["message"], "out of memory: the cap refused 64 bytes of activations");
     }
 }

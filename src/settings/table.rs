@@ -73,8 +73,9 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::RequestTimeout, Some("request-timeout"), None, count(1, 1 << 32), Scope::Serve)
     },
     Setting {
-        default: Some("5"),
-        help: "seconds a client has to send a request's head before it gets 408",
+        default: Some("120"),
+        help: "seconds from a connection's opening until its first request's head is whole, else 408; as long as \
+               --keep-alive by default, since routers' pools open connections before they use them",
         ..row(Key::HeaderTimeout, Some("header-timeout"), None, count(1, 3600), Scope::Serve)
     },
     Setting {

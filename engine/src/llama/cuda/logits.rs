@@ -39,7 +39,7 @@ pub(super) struct RoundRows<'a> {
 }
 
 fn device(e: GpuError) -> EngineError {
-    EngineError::Device(e.to_string())
+    EngineError::from(e)
 }
 
 /// Each lane's output: kept (id bits, logit) pairs for lanes with `keep` and one sampled row, picks for greedy

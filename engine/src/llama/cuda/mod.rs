@@ -413,7 +413,7 @@ impl CudaLlama {
             }
             num_pages += lane.pages.len();
         }
-        let e = |e: GpuError| EngineError::Device(e.to_string());
+        let e = EngineError::from;
         g.bind().map_err(e)?;
         // SAFETY: the staging bytes are pinned, and stay borrowed and unchanged until the sync below.
         unsafe { g.upload_async(s.meta, &bytes[..m.pages + 4 * num_pages]).map_err(e)? };

@@ -17,7 +17,7 @@ use crate::speech::drama::stream::window_codes;
 pub const PASS_FRAMES: usize = 256;
 
 fn device_err(e: GpuError) -> EngineError {
-    EngineError::Device(e.to_string())
+    EngineError::from(e)
 }
 
 /// A convolution's weights on the GPU and the geometry conv.cu reads them with.
