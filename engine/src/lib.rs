@@ -10,5 +10,6 @@ pub mod memory;
 pub mod model;
 pub mod speech;
 pub mod text;
+pub mod tp;
 
 pub use tensorfold_kernels::sampling;

@@ -11,6 +11,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
 use crate::llama::forward::{forward, LayerNorm, LlamaSteps};
+use crate::tp::collective::Collective;
 
 /// Per-head RMSNorm weights of q and k (Qwen3).
 struct QkNorm {
@@ -48,6 +49,8 @@ pub struct Llama {
     /// `None` when the head is tied to the embedding.
     lm_head: Option<Weight>,
     rope: Rope,
+    /// The group this model is one tensor-parallel rank of, if any.
+    collective: Option<Box<dyn Collective>>,
 }
 
 /// Loads tensors by Hugging Face name and checks their shapes against the config.
@@ -171,11 +174,16 @@ impl Llama {
             false => None,
         };
         let rope = Rope { inv_freq: rope_inv_freq(&c, factors.as_deref()), interleaved: c.rope_interleaved };
-        Ok(Llama { cfg: c, embed, layers, norm, lm_head, rope })
+        Ok(Llama { cfg: c, embed, layers, norm, lm_head, rope, collective: None })
     }
 
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
+    }
+
+    /// Makes this model (loaded from a shard) a rank of `group`: its partial sums are added with the others'.
+    pub fn join(&mut self, group: Box<dyn Collective>) {
+        self.collective = Some(group);
     }
 
     /// Bytes held by the weights.
@@ -359,6 +367,14 @@ impl LlamaSteps for CpuPass<'_, '_> {
     fn down(&mut self, li: usize) -> Result<(), Self::Error> {
         self.delta = vec![0f32; self.x.len()];
         matmul(&self.act, self.queries.len(), &self.m.layers[li].mlp.down, &mut self.delta);
+        Ok(())
+    }
+
+    fn reduce(&mut self) -> Result<(), Self::Error> {
+        if let Some(group) = &self.m.collective {
+            // The ranks run the same rounds in step, so a failed sum is a bug of the group, not of a request.
+            group.all_reduce_sum(&mut self.delta).unwrap_or_else(|e| panic!("{e}"));
+        }
         Ok(())
     }
 

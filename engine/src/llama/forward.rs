@@ -27,6 +27,10 @@ pub trait LlamaSteps {
     fn gate_up(&mut self, li: usize) -> Result<(), Self::Error>;
     /// delta = act Wdown.
     fn down(&mut self, li: usize) -> Result<(), Self::Error>;
+    /// delta = the sum of every tensor-parallel rank's delta, in rank order; with one rank, nothing.
+    fn reduce(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
     /// x += delta.
     fn add(&mut self) -> Result<(), Self::Error>;
     /// Logits of the rows that want them: the final norm, then the output projection.
@@ -42,10 +46,12 @@ pub fn forward<S: LlamaSteps>(steps: &mut S, layers: usize) -> Result<(), S::Err
         steps.rope_store(li)?;
         steps.attend(li)?;
         steps.o_proj(li)?;
+        steps.reduce()?;
         steps.add()?;
         steps.norm(li, LayerNorm::PostAttention)?;
         steps.gate_up(li)?;
         steps.down(li)?;
+        steps.reduce()?;
         steps.add()?;
     }
     steps.logits()

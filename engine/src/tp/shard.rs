@@ -1,0 +1,154 @@
+//! One rank's share of a checkpoint: the same tensor names, each layer's heads and MLP rows split N ways.
+//!
+//! Column-parallel (split by output rows): q, k and v by heads, gate and up by intermediate rows, and their biases.
+//! Row-parallel (split by input columns): o and down, whose outputs are partial sums the ranks add together; the o
+//! bias goes to rank 0 alone, so the sum holds it once. Embeddings, norms and the output head are whole on every rank.
+
+use std::path::Path;
+
+use tensorfold_kernels::quant::row_bytes;
+use tensorfold_kernels::Weight;
+
+use crate::checkpoint::{Bf16Rows, Checkpoint};
+use crate::error::LoadError;
+use crate::llama::config::ModelConfig;
+
+/// How a tensor is cut for one rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cut {
+    Whole,
+    /// Rows `[lo, hi)` of the stored matrix (a bias's elements).
+    Rows(usize, usize),
+    /// Columns `[lo, hi)` of every row.
+    Cols(usize, usize),
+    /// Not on this rank.
+    Absent,
+}
+
+/// The checkpoint as rank `rank` of `ranks` sees it.
+pub struct ShardedCheckpoint<'a> {
+    inner: &'a dyn Checkpoint,
+    config: ModelConfig,
+    rank: usize,
+    ranks: usize,
+}
+
+impl<'a> ShardedCheckpoint<'a> {
+    /// Rank `rank` of `ranks`; fails naming the size that does not divide.
+    pub fn new(inner: &'a dyn Checkpoint, rank: usize, ranks: usize) -> Result<ShardedCheckpoint<'a>, LoadError> {
+        let c = inner.config();
+        let fault = |what: &str, n: usize| {
+            LoadError::format(inner.path(), format!("{what} ({n}) do not split over {ranks} tensor-parallel ranks"))
+        };
+        if ranks == 0 || rank >= ranks {
+            return Err(LoadError::format(inner.path(), format!("rank {rank} of {ranks} tensor-parallel ranks")));
+        }
+        for (what, n) in
+            [("query heads", c.num_heads), ("KV heads", c.num_kv_heads), ("intermediate rows", c.intermediate_size)]
+        {
+            if !n.is_multiple_of(ranks) {
+                return Err(fault(what, n));
+            }
+        }
+        let config = ModelConfig {
+            num_heads: c.num_heads / ranks,
+            num_kv_heads: c.num_kv_heads / ranks,
+            intermediate_size: c.intermediate_size / ranks,
+            ..c.clone()
+        };
+        Ok(ShardedCheckpoint { inner, config, rank, ranks })
+    }
+
+    fn cut(&self, name: &str) -> Cut {
+        let c = self.inner.config();
+        let (q, kv, f) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.intermediate_size);
+        let part = |n: usize| (self.rank * n / self.ranks, (self.rank + 1) * n / self.ranks);
+        let Some((_, tail)) = name.strip_prefix("model.layers.").and_then(|rest| rest.split_once('.')) else {
+            return Cut::Whole;
+        };
+        match tail {
+            "self_attn.q_proj.weight" | "self_attn.q_proj.bias" => Cut::Rows(part(q).0, part(q).1),
+            "self_attn.k_proj.weight"
+            | "self_attn.k_proj.bias"
+            | "self_attn.v_proj.weight"
+            | "self_attn.v_proj.bias" => Cut::Rows(part(kv).0, part(kv).1),
+            "mlp.gate_proj.weight" | "mlp.up_proj.weight" => Cut::Rows(part(f).0, part(f).1),
+            "self_attn.o_proj.weight" => Cut::Cols(part(q).0, part(q).1),
+            "mlp.down_proj.weight" => Cut::Cols(part(f).0, part(f).1),
+            "self_attn.o_proj.bias" if self.rank > 0 => Cut::Absent,
+            _ => Cut::Whole,
+        }
+    }
+}
+
+/// Rows `[lo, hi)` of `w`; a 1-D tensor (one row) is cut by its elements.
+fn rows(w: Weight, lo: usize, hi: usize) -> Result<Weight, String> {
+    if w.rows() == 1 && hi > 1 {
+        return cols(w, lo, hi);
+    }
+    match w {
+        Weight::F32 { cols, data, .. } => {
+            Ok(Weight::F32 { rows: hi - lo, cols, data: data[lo * cols..hi * cols].to_vec() })
+        }
+        Weight::Quant { ty, cols, data, .. } => {
+            let rb = row_bytes(ty, cols).ok_or("a row that is not whole blocks")?;
+            Ok(Weight::Quant { ty, rows: hi - lo, cols, data: data[lo * rb..hi * rb].to_vec() })
+        }
+    }
+}
+
+/// Columns `[lo, hi)` of every row of `w`; quantized rows are cut on block edges only.
+fn cols(w: Weight, lo: usize, hi: usize) -> Result<Weight, String> {
+    match w {
+        Weight::F32 { rows, cols, data } => {
+            let data = data.chunks_exact(cols).flat_map(|r| r[lo..hi].iter().copied()).collect();
+            Ok(Weight::F32 { rows, cols: hi - lo, data })
+        }
+        Weight::Quant { ty, rows, cols, data } => {
+            let (len, bytes) = (ty.block_len(), ty.block_bytes());
+            if !lo.is_multiple_of(len) || !hi.is_multiple_of(len) {
+                return Err(format!("columns {lo}..{hi} cut {ty:?} blocks of {len}"));
+            }
+            let rb = row_bytes(ty, cols).ok_or("a row that is not whole blocks")?;
+            let data = data.chunks_exact(rb).flat_map(|r| r[lo / len * bytes..hi / len * bytes].iter().copied());
+            Ok(Weight::Quant { ty, rows, cols: hi - lo, data: data.collect() })
+        }
+    }
+}
+
+impl Checkpoint for ShardedCheckpoint<'_> {
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.cut(name) != Cut::Absent && self.inner.contains(name)
+    }
+
+    fn weight(&self, name: &str) -> Result<Weight, LoadError> {
+        let cut = self.cut(name);
+        let fault = |why: String| LoadError::format(self.inner.path(), format!("{name}: {why}"));
+        match cut {
+            Cut::Whole => self.inner.weight(name),
+            Cut::Absent => Err(fault(format!("not on tensor-parallel rank {}", self.rank))),
+            Cut::Rows(lo, hi) => rows(self.inner.weight(name)?, lo, hi).map_err(fault),
+            Cut::Cols(lo, hi) => cols(self.inner.weight(name)?, lo, hi).map_err(fault),
+        }
+    }
+
+    fn bf16_rows(&self, name: &str) -> Option<Bf16Rows<'_>> {
+        let whole = self.inner.bf16_rows(name)?;
+        match self.cut(name) {
+            Cut::Whole => Some(whole),
+            Cut::Rows(lo, hi) if whole.rows > 1 => {
+                let bytes = &whole.bytes[lo * whole.cols * 2..hi * whole.cols * 2];
+                Some(Bf16Rows { rows: hi - lo, cols: whole.cols, bytes })
+            }
+            _ => None,
+        }
+    }
+}
