@@ -260,19 +260,23 @@ impl Coordinator {
         self.waiting.len() + self.voices.num_waiting() + self.embeds.num_waiting()
     }
 
-    /// Token and voice requests take free lanes in turn.
+    /// Token, voice and embedding requests take free lanes in the order they came (lane ids rise with it); a
+    /// queue whose first request cannot start yet lets the next oldest try.
     fn admit(&mut self) {
-        let mut progress = true;
-        while progress {
-            progress = false;
-            if self.num_running() < self.schedule.parallel {
-                progress |= self.admit_tokens();
-            }
-            if self.num_running() < self.schedule.parallel {
-                progress |= self.voices.admit_one();
-            }
-            if self.num_running() < self.schedule.parallel {
-                progress |= self.embeds.admit_one(&self.pages);
+        while self.num_running() < self.schedule.parallel {
+            let mut fronts = [
+                (0, self.waiting.front().map(|r| r.lane_id)),
+                (1, self.voices.front_lane()),
+                (2, self.embeds.front_lane()),
+            ];
+            fronts.sort_by_key(|&(_, lane)| lane.unwrap_or(u64::MAX));
+            let admitted = fronts.iter().filter(|(_, lane)| lane.is_some()).any(|&(queue, _)| match queue {
+                0 => self.admit_tokens(),
+                1 => self.voices.admit_one(),
+                _ => self.embeds.admit_one(&self.pages),
+            });
+            if !admitted {
+                return;
             }
         }
     }

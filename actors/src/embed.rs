@@ -84,6 +84,11 @@ impl EmbedLanes {
         self.waiting.len()
     }
 
+    /// The lane of the request that waits longest.
+    pub fn front_lane(&self) -> Option<u64> {
+        self.waiting.front().map(|r| r.lane_id)
+    }
+
     pub fn enqueue(&mut self, request: EmbedRequest) {
         self.waiting.push_back(request);
     }

@@ -124,3 +124,32 @@ async fn test_a_model_that_cannot_embed_refuses_at_submit_and_its_lanes_go_on() 
     assert!(rt.limits(TEXT).is_some_and(|l| !l.embeds));
     settle(&rt).await;
 }
+
+#[actix::test]
+async fn test_an_embedding_takes_a_free_lane_in_its_turn_ahead_of_text_that_came_after_it() {
+    let schedule = Schedule { round_tokens: 16, parallel: 1, max_waiting: 64, drafting: Drafting::OFF };
+    let cfg =
+        RuntimeConfig { page_tokens: 4, kv_pages: Some(256), memory_limit: None, schedule, prefix_cache_tokens: 0 };
+    let kind = ModelKind::Tokens { engine: Box::new(HistoryEngine { refuses_hidden: false }), codec: None };
+    let model = ModelSpec { name: TEXT.into(), kind, context: 256, weight_bytes: 0, activation_bytes: 0 };
+    let rt = Runtime::start(vec![model], cfg).await.unwrap();
+    let first = rt.submit(on(TEXT, work(0))).await.unwrap();
+    let embedding = rt.submit(embed(1)).await.unwrap();
+    let later: Vec<_> = futures_util::future::join_all((1..4).map(|i| rt.submit(on(TEXT, work(i))))).await;
+    let done_at = |f: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>| async move {
+        f.await;
+        std::time::Instant::now()
+    };
+    let texts = later.into_iter().map(|r| done_at(Box::pin(async move { _ = collect(r.unwrap()).await })));
+    let (first_done, vector_done, texts_done) = futures_util::future::join3(
+        done_at(Box::pin(async move { _ = collect(first).await })),
+        done_at(Box::pin(async move {
+            vector(embedding).await.unwrap();
+        })),
+        futures_util::future::join_all(texts),
+    )
+    .await;
+    assert!(first_done <= vector_done, "the embedding ran before the request ahead of it");
+    assert!(texts_done.iter().all(|&t| vector_done <= t), "text that came after the embedding went ahead of it");
+    settle(&rt).await;
+}

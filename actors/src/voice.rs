@@ -78,6 +78,11 @@ impl VoiceLanes {
         self.waiting.len()
     }
 
+    /// The lane of the request that waits longest.
+    pub fn front_lane(&self) -> Option<u64> {
+        self.waiting.front().map(|r| r.lane_id)
+    }
+
     pub fn enqueue(&mut self, request: VoiceRequest) {
         self.waiting.push_back(request);
     }
