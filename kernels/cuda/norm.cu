@@ -112,3 +112,22 @@ extern "C" __global__ void swiglu(const float* gate_up, bf16* act, int f) {
         act[(u64)blockIdx.y * f + i] = silu_mul(g[at], g[at + 8]);
     }
 }
+
+// Tensor-parallel sum of up to 8 ranks' partials, added in rank order, written back to every rank's buffer.
+extern "C" __global__ void sum_ranks(float* p0, float* p1, float* p2, float* p3, float* p4, float* p5, float* p6,
+                                     float* p7, int ranks, int n) {
+    start_next();
+    wait_prior();
+    float* parts[8] = {p0, p1, p2, p3, p4, p5, p6, p7};
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float sum = p0[i];
+#pragma unroll
+        for (int r = 1; r < 8; ++r) {
+            if (r < ranks) sum += parts[r][i];
+        }
+#pragma unroll
+        for (int r = 0; r < 8; ++r) {
+            if (r < ranks) parts[r][i] = sum;
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! The ranks' one collective call, and a host group of threads that implements it for the CPU and for tests.
 
-use std::sync::{Arc, Barrier, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 
 /// Why a collective call failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -20,9 +20,63 @@ pub trait Collective: Send + Sync {
     fn all_reduce_sum(&self, values: &mut [f32]) -> Result<(), CollectiveError>;
 }
 
+/// Where a group's ranks wait for each other; the group's driver breaks it when a rank fails in a round, so the
+/// others stop waiting for a rank that will not come.
+pub struct Rendezvous {
+    ranks: usize,
+    /// Ranks arrived, the count of completed waits, and whether the group is broken.
+    state: Mutex<(usize, u64, bool)>,
+    turn: Condvar,
+}
+
+impl Rendezvous {
+    pub fn new(ranks: usize) -> Arc<Rendezvous> {
+        Arc::new(Rendezvous { ranks, state: Mutex::new((0, 0, false)), turn: Condvar::new() })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, (usize, u64, bool)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Returns once every rank has arrived; `Err` when the group is broken first.
+    pub fn wait(&self, rank: usize) -> Result<(), CollectiveError> {
+        let broken = || CollectiveError { rank, why: "another rank failed in this round".into() };
+        let mut s = self.lock();
+        if s.2 {
+            return Err(broken());
+        }
+        s.0 += 1;
+        if s.0 == self.ranks {
+            (s.0, s.1) = (0, s.1 + 1);
+            self.turn.notify_all();
+            return Ok(());
+        }
+        let generation = s.1;
+        while s.1 == generation && !s.2 {
+            s = self.turn.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        match s.1 == generation {
+            true => Err(broken()),
+            false => Ok(()),
+        }
+    }
+
+    /// Every rank waiting now or later gets an error, until `reset`; says whether this call broke the group.
+    pub fn break_all(&self) -> bool {
+        let first = !std::mem::replace(&mut self.lock().2, true);
+        self.turn.notify_all();
+        first
+    }
+
+    /// Mends the group between rounds, when no rank is waiting.
+    pub fn reset(&self) {
+        *self.lock() = (0, 0, false);
+    }
+}
+
 struct Shared {
     slots: RwLock<Vec<Vec<f32>>>,
-    barrier: Barrier,
+    meet: Arc<Rendezvous>,
 }
 
 /// A rank of a group of threads in one process.
@@ -34,8 +88,15 @@ pub struct HostRank {
 
 /// `ranks` members of one host group, rank 0 first; each must be driven from its own thread.
 pub fn host_group(ranks: usize) -> Vec<HostRank> {
-    let shared = Arc::new(Shared { slots: RwLock::new(vec![Vec::new(); ranks]), barrier: Barrier::new(ranks) });
+    let shared = Arc::new(Shared { slots: RwLock::new(vec![Vec::new(); ranks]), meet: Rendezvous::new(ranks) });
     (0..ranks).map(|rank| HostRank { rank, ranks, shared: shared.clone() }).collect()
+}
+
+impl HostRank {
+    /// Where the group's ranks wait, for the driver to break when a rank fails.
+    pub fn rendezvous(&self) -> Arc<Rendezvous> {
+        self.shared.meet.clone()
+    }
 }
 
 impl Collective for HostRank {
@@ -55,7 +116,7 @@ impl Collective for HostRank {
             slots[self.rank].extend_from_slice(values);
         }
         // Every rank's values are in before any rank sums, and every sum is read before any slot is written again.
-        self.shared.barrier.wait();
+        self.shared.meet.wait(self.rank)?;
         let summed = {
             let slots = self.shared.slots.read().map_err(|_| fault("a rank panicked".into()))?;
             match slots.iter().position(|s| s.len() != values.len()) {
@@ -70,7 +131,7 @@ impl Collective for HostRank {
                 }
             }
         };
-        self.shared.barrier.wait();
+        self.shared.meet.wait(self.rank)?;
         summed
     }
 }
@@ -116,6 +177,34 @@ mod tests {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert!(errors.iter().all(|e| e.as_ref().is_err_and(|e| e.why.contains("where rank"))), "{errors:?}");
+    }
+
+    #[test]
+    fn test_a_broken_group_releases_the_rank_waiting_in_a_sum_and_serves_again_once_mended() {
+        let members = host_group(2);
+        let meet = members[0].rendezvous();
+        let got = std::thread::scope(|s| {
+            let waiting = s.spawn(|| members[0].all_reduce_sum(&mut [1.0]));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            meet.break_all();
+            waiting.join().unwrap()
+        });
+        assert!(got.is_err_and(|e| e.why.contains("another rank failed")));
+        meet.reset();
+        let sums: Vec<Vec<f32>> = std::thread::scope(|s| {
+            let handles: Vec<_> = members
+                .iter()
+                .map(|m| {
+                    s.spawn(move || {
+                        let mut v = [2.0];
+                        m.all_reduce_sum(&mut v).unwrap();
+                        v.to_vec()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(sums, vec![vec![4.0], vec![4.0]]);
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub const SOURCES: [(&str, &str); 9] = [
     ("conv.cu", include_str!("../../cuda/conv.cu")),
 ];
 
+/// Most tensor-parallel ranks one sum adds.
+pub const MAX_RANKS: usize = 8;
+
 /// Most query heads sharing one KV head.
 pub const MAX_GROUP: usize = 8;
 
@@ -58,6 +61,8 @@ pub enum GpuError {
     Compile(String),
     #[error("recording a CUDA graph failed: {0}")]
     Graph(String),
+    #[error("{0}")]
+    Collective(String),
 }
 
 impl GpuError {
@@ -72,6 +77,7 @@ struct Functions {
     rms_norm: CudaFunction,
     add_rms_norm: CudaFunction,
     add_rows: CudaFunction,
+    sum_ranks: CudaFunction,
     swiglu: CudaFunction,
     gemm_m8: CudaFunction,
     gemm_m16: CudaFunction,
@@ -216,6 +222,7 @@ impl Gpu {
             rms_norm: load("rms_norm")?,
             add_rms_norm: load("add_rms_norm")?,
             add_rows: load("add_rows")?,
+            sum_ranks: load("sum_ranks")?,
             swiglu: load("swiglu")?,
             gemm_m8: load("gemm_m8")?,
             gemm_m16: load("gemm_m16")?,
@@ -429,6 +436,17 @@ impl Gpu {
     /// x += delta over `n` rows of width `h`.
     pub fn add_rows(&self, x: DevPtr, delta: DevPtr, n: usize, h: usize) -> Result<(), GpuError> {
         self.launch(&self.f.add_rows, (n, 1, 1), 256, 0, &[Arg::Ptr(x), Arg::Ptr(delta), Arg::Int(h as i32)])
+    }
+
+    /// Every buffer of `parts` (one per tensor-parallel rank, at most `MAX_RANKS`) becomes the sum of all of them,
+    /// added in rank order element by element, over `n` floats.
+    pub fn sum_ranks(&self, parts: &[DevPtr], n: usize) -> Result<(), GpuError> {
+        if parts.is_empty() || parts.len() > MAX_RANKS {
+            return Err(GpuError::Collective(format!("{} ranks: the sum takes 1 to {MAX_RANKS}", parts.len())));
+        }
+        let mut args: Vec<Arg> = (0..MAX_RANKS).map(|r| Arg::Ptr(parts.get(r).copied().unwrap_or(0))).collect();
+        args.extend([Arg::Int(parts.len() as i32), Arg::Int(n as i32)]);
+        self.launch(&self.f.sum_ranks, (n.div_ceil(256).min(1024), 1, 1), 256, 0, &args)
     }
 
     /// act = silu(gate) * up as bf16, from rows of 2 f laid out by `gate_up_order`.

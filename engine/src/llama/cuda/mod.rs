@@ -13,6 +13,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
 use crate::llama::{rope_inv_freq, Loader};
+use crate::tp::stream::DeviceCollective;
 
 mod logits;
 mod pack;
@@ -168,6 +169,8 @@ struct Net {
     inv_freq: DevPtr,
     scratch: Scratch,
     meta: MetaLayout,
+    /// The tensor-parallel group this rank sums its partial outputs with; `None` for the whole model.
+    collective: Option<Box<dyn DeviceCollective>>,
 }
 
 fn gpu_err(e: GpuError) -> LoadError {
@@ -323,13 +326,19 @@ impl CudaLlama {
             (up.alloc)(MemoryKind::PinnedHost, staging_bytes).map_err(|e| LoadError::Device(e.to_string()))?;
         let activation_bytes =
             sizes.iter().chain(&keep_sizes).sum::<usize>() + nsplit * state_bytes + 4 * zeros.len() + staging_bytes;
-        let net = Net { cfg: c, gpu, sizing, embed, layers, norm, lm_head, inv_freq, scratch, meta };
+        let net = Net { cfg: c, gpu, sizing, embed, layers, norm, lm_head, inv_freq, scratch, meta, collective: None };
         let graphs = HashMap::new();
         Ok(CudaLlama { net, staging, graphs, options, weight_bytes, activation_bytes, _held: up.held })
     }
 
     pub fn config(&self) -> &ModelConfig {
         &self.net.cfg
+    }
+
+    /// Makes this model a tensor-parallel rank (loaded from its shard) that sums its partial outputs with the
+    /// group; its rounds launch kernel by kernel, as a recorded graph cannot wait for the other ranks.
+    pub fn join(&mut self, collective: Box<dyn DeviceCollective>) {
+        self.net.collective = Some(collective);
     }
 
     /// Bytes of weights on the GPU.
@@ -423,7 +432,7 @@ impl CudaLlama {
         let decode = lanes.iter().all(|l| l.tokens.len() == 1);
         let fuse_rope = decode && options.fuse_rope;
         let fold = options.fold_norms;
-        if decode && n == t && t <= GRAPH_ROWS && options.graphs {
+        if decode && n == t && t <= GRAPH_ROWS && options.graphs && net.collective.is_none() {
             let graph = match self.graphs.entry((t, kcache, vcache, pt, fuse_rope, fold)) {
                 Entry::Occupied(o) => o.into_mut(),
                 Entry::Vacant(v) => {

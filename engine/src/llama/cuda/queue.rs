@@ -205,6 +205,12 @@ impl LlamaSteps for GpuPass<'_> {
         self.m.gpu.gemm(s.act, l.down, 0, s.proj, self.t, c.hidden_size, c.intermediate_size)
     }
 
+    fn reduce(&mut self) -> Result<(), GpuError> {
+        let Some(group) = &self.m.collective else { return Ok(()) };
+        let len = self.t * self.m.cfg.hidden_size;
+        group.all_reduce_sum(self.m.scratch.proj, len).map_err(|e| GpuError::Collective(e.to_string()))
+    }
+
     fn add(&mut self) -> Result<(), GpuError> {
         // The next norm adds it, in the same kernel (or GEMM) as it norms.
         self.pending = self.m.scratch.proj;

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Tensor parallelism on one GPU: ranks from their shards on the GPU's one stream (tests/cuda_tp.rs), then the CUDA
+# tests, which the tensor-parallel changes to the CUDA engine must leave as they were.
+#
+# Usage (after bash tools/device_build.sh here; .device carried): bash tools/gpu_tp.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-./gpu-tp-out}"
+export TF_CACHE_DIR="${TF_CACHE_DIR:-/tmp/tfc}"
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt"
+echo "== tensor-parallel ranks on one GPU"
+timeout 240 .device/cuda-tp-tests --test-threads 1 --nocapture 2>&1 | grep -vE "^\s*$" | tee "$OUT/cuda-tp.txt"
+echo "== CUDA tests"
+timeout 300 .device/cuda-tests --test-threads 1 2>&1 | grep -E "^test |test result|skipped|panicked" |
+    tee "$OUT/cuda-tests.txt"
