@@ -7,14 +7,14 @@ mod common;
 
 use tensorfold::cuda_setup::CudaDevice;
 use tensorfold_actors::device::allocate_blocking;
-use tensorfold_engine::boundary::{Engine, KvPool, LaneStep, Logits};
+use tensorfold_engine::boundary::{Engine, LaneStep, Logits};
 use tensorfold_engine::checkpoint::hf::HfCheckpoint;
 use tensorfold_engine::generate::PAGE_TOKENS;
 use tensorfold_engine::llama::cuda::{CudaOptions, Sizing};
 use tensorfold_engine::memory::{Held, MemoryError};
 use tensorfold_engine::tp::TensorParallel;
 
-use common::cuda::{checkpoint, gpu, load, same_bits, tokens};
+use common::cuda::{checkpoint, gpu, load, prefill, relative_gap, same_bits, tokens};
 use common::Rng;
 
 const SIZING: Sizing = Sizing { max_tokens: 160, max_lanes: 40, context: 256 };
@@ -29,29 +29,10 @@ fn ranks(dev: &CudaDevice, dir: &std::path::Path, n: usize) -> TensorParallel {
     TensorParallel::load_cuda(&ckpt, dev.gpu.clone(), n, SIZING, CudaOptions::default(), &mut alloc, kv).unwrap()
 }
 
-/// The last row's logits after `prompt` goes into `pool` `chunk` tokens a round, from page 0.
-fn prefill(engine: &mut dyn Engine, pool: &mut KvPool, prompt: &[u32], chunk: usize) -> Vec<f32> {
-    let pages: Vec<u32> = (0..prompt.len().div_ceil(PAGE_TOKENS) as u32).collect();
-    let mut last = Vec::new();
-    for (i, part) in prompt.chunks(chunk).enumerate() {
-        let start_pos = i * chunk;
-        let logits = if start_pos + part.len() == prompt.len() { Logits::Last } else { Logits::None };
-        let lane = LaneStep { tokens: part, start_pos, pages: &pages, logits, keep: None };
-        last = engine.forward(pool, &[lane]).unwrap().remove(0);
-    }
-    last
-}
-
 /// The last row's logits after `prompt` goes into a fresh pool `chunk` tokens a round.
 fn fresh(dev: &CudaDevice, engine: &mut dyn Engine, prompt: &[u32], chunk: usize) -> Vec<f32> {
     let mut pool = dev.kv_pool(engine, PAGE_TOKENS, 8).unwrap();
     prefill(engine, &mut pool, prompt, chunk)
-}
-
-/// The largest difference between two rows, against the row's largest magnitude.
-fn relative_gap(a: &[f32], b: &[f32]) -> f32 {
-    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
 }
 
 #[test]

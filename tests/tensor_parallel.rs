@@ -12,7 +12,7 @@ use tensorfold_engine::generate::PAGE_TOKENS;
 use tensorfold_engine::llama::Llama;
 use tensorfold_engine::tp::TensorParallel;
 
-use common::cuda::{checkpoint, same_bits, tokens};
+use common::cuda::{checkpoint, prefill, relative_gap, same_bits, tokens};
 use common::Rng;
 
 /// The last row's logits after `prompt` goes into a fresh pool `chunk` tokens a round.
@@ -21,27 +21,8 @@ fn last_logits(engine: &mut dyn Engine, prompt: &[u32], chunk: usize) -> Vec<f32
     prefill(engine, &mut pool, prompt, chunk)
 }
 
-/// The last row's logits after `prompt` goes into `pool` `chunk` tokens a round, from page 0.
-fn prefill(engine: &mut dyn Engine, pool: &mut KvPool, prompt: &[u32], chunk: usize) -> Vec<f32> {
-    let pages: Vec<u32> = (0..prompt.len().div_ceil(PAGE_TOKENS) as u32).collect();
-    let mut last = Vec::new();
-    for (i, part) in prompt.chunks(chunk).enumerate() {
-        let start_pos = i * chunk;
-        let logits = if start_pos + part.len() == prompt.len() { Logits::Last } else { Logits::None };
-        let lane = LaneStep { tokens: part, start_pos, pages: &pages, logits, keep: None };
-        last = engine.forward(pool, &[lane]).unwrap().remove(0);
-    }
-    last
-}
-
 fn pool_for(engine: &dyn Engine) -> KvPool {
     KvPool::new(engine.kv_layout(PAGE_TOKENS), 64)
-}
-
-/// The largest difference between two rows, against the row's largest magnitude.
-fn relative_gap(a: &[f32], b: &[f32]) -> f32 {
-    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
 }
 
 #[test]

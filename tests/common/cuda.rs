@@ -5,7 +5,9 @@ use std::path::Path;
 use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{json, Value};
 use tensorfold::cuda_setup::CudaDevice;
+use tensorfold_engine::boundary::{Engine, KvPool, LaneStep, Logits};
 use tensorfold_engine::checkpoint::hf::HfCheckpoint;
+use tensorfold_engine::generate::PAGE_TOKENS;
 use tensorfold_engine::llama::cuda::{CudaLlama, CudaOptions, Sizing};
 
 use super::Rng;
@@ -124,4 +126,23 @@ pub fn same_bits(a: &[f32], b: &[f32]) -> bool {
 
 pub fn tokens(rng: &mut Rng, n: usize) -> Vec<u32> {
     (0..n).map(|_| rng.below(VOCAB as u64) as u32).collect()
+}
+
+/// The last row's logits after `prompt` goes into `pool` `chunk` tokens a round, from page 0.
+pub fn prefill(engine: &mut dyn Engine, pool: &mut KvPool, prompt: &[u32], chunk: usize) -> Vec<f32> {
+    let pages: Vec<u32> = (0..prompt.len().div_ceil(PAGE_TOKENS) as u32).collect();
+    let mut last = Vec::new();
+    for (i, part) in prompt.chunks(chunk).enumerate() {
+        let start_pos = i * chunk;
+        let logits = if start_pos + part.len() == prompt.len() { Logits::Last } else { Logits::None };
+        let lane = LaneStep { tokens: part, start_pos, pages: &pages, logits, keep: None };
+        last = engine.forward(pool, &[lane]).unwrap().remove(0);
+    }
+    last
+}
+
+/// The largest difference between two rows, against the row's largest magnitude.
+pub fn relative_gap(a: &[f32], b: &[f32]) -> f32 {
+    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
 }
