@@ -1,7 +1,9 @@
 //! Tensor parallelism on one GPU: ranks loaded from their shards, their kernels on the GPU's one stream, their
 //! partial outputs added by the rank-order sum kernel. One rank equals the whole model bit for bit; two agree with
 //! it within rounding; at two ranks a lane among others equals it alone, in prefill and in decode rounds of every
-//! kernel path, and a prompt in chunks equals it whole. Every test skips with a one-line reason where no GPU is found.
+//! kernel path, and a prompt in chunks equals it whole. A group of one NCCL rank (all-gather, then the same sum)
+//! equals the whole model too; more NCCL ranks need more GPUs. Every test skips with a one-line reason where no GPU
+//! (or, for NCCL, no NCCL library) is found.
 
 mod common;
 
@@ -11,7 +13,7 @@ use tensorfold_engine::boundary::{Engine, LaneStep, Logits};
 use tensorfold_engine::checkpoint::hf::HfCheckpoint;
 use tensorfold_engine::generate::PAGE_TOKENS;
 use tensorfold_engine::llama::cuda::{CudaOptions, Sizing};
-use tensorfold_engine::memory::{Held, MemoryError};
+use tensorfold_engine::memory::{Held, MemoryError, MemoryKind};
 use tensorfold_engine::tp::TensorParallel;
 
 use common::cuda::{checkpoint, gpu, load, prefill, relative_gap, same_bits, tokens};
@@ -19,13 +21,19 @@ use common::Rng;
 
 const SIZING: Sizing = Sizing { max_tokens: 160, max_lanes: 40, context: 256 };
 
+type KvAlloc = Box<dyn FnMut(MemoryKind, usize) -> Result<Held, MemoryError> + Send>;
+
+/// The ledger's grants, for the KV pools of ranks past 0.
+fn kv_alloc(dev: &CudaDevice) -> KvAlloc {
+    let device = dev.device.clone();
+    Box::new(move |kind, bytes| {
+        allocate_blocking(&device, kind, bytes).map(|a| Box::new(a) as Held).map_err(|e| MemoryError(e.to_string()))
+    })
+}
+
 fn ranks(dev: &CudaDevice, dir: &std::path::Path, n: usize) -> TensorParallel {
     let ckpt = HfCheckpoint::open(dir).unwrap();
-    let device = dev.device.clone();
-    let kv = Box::new(move |kind, bytes| {
-        allocate_blocking(&device, kind, bytes).map(|a| Box::new(a) as Held).map_err(|e| MemoryError(e.to_string()))
-    });
-    let mut alloc = dev.alloc();
+    let (mut alloc, kv) = (dev.alloc(), kv_alloc(dev));
     TensorParallel::load_cuda(&ckpt, dev.gpu.clone(), n, SIZING, CudaOptions::default(), &mut alloc, kv).unwrap()
 }
 
@@ -110,4 +118,23 @@ fn test_at_two_ranks_on_the_gpu_a_lane_among_others_equals_it_alone_and_chunks_e
         let out = two.forward(&mut pool, &lanes).unwrap();
         assert!(same_bits(&solo, &out[at]), "a decode row differs inside a round of {width} rows");
     }
+}
+
+#[test]
+fn test_a_group_of_one_nccl_rank_equals_the_whole_model_bit_for_bit() {
+    let Some(dev) = gpu() else { return };
+    let dir = checkpoint("qwen2", 24);
+    let ckpt = HfCheckpoint::open(dir.path()).unwrap();
+    let (mut alloc, kv) = (dev.alloc(), kv_alloc(&dev));
+    let gpus = [(0, dev.gpu.clone())];
+    let mut one = match TensorParallel::load_nccl(&ckpt, &gpus, SIZING, CudaOptions::default(), &mut alloc, kv) {
+        Err(e) if e.to_string().contains("no NCCL library") => return eprintln!("skipped: {e}"),
+        loaded => loaded.unwrap(),
+    };
+    drop(alloc);
+    let mut whole = load(&dev, dir.path(), SIZING);
+    let prompt = tokens(&mut Rng(4), 40);
+    let want = fresh(&dev, &mut whole, &prompt, 40);
+    let got = fresh(&dev, &mut one, &prompt, 40);
+    assert!(same_bits(&want, &got), "one NCCL rank differs from the whole model");
 }

@@ -8,6 +8,7 @@
 //! where one rank adds its terms in one run.
 
 pub mod collective;
+pub mod nccl;
 pub mod shard;
 pub mod stream;
 
@@ -22,8 +23,9 @@ use crate::llama::cuda::{CudaLlama, CudaOptions, Sizing};
 use crate::llama::Llama;
 use crate::memory::{Alloc, Held, MemoryError, MemoryKind};
 use collective::{host_group, Rendezvous};
+use nccl::nccl_group;
 use shard::ShardedCheckpoint;
-use stream::stream_group;
+use stream::{stream_group, DeviceCollective};
 
 /// One rank: its engine, the compute threads it runs on (CPU ranks), and (past rank 0) its own KV pool.
 struct Rank {
@@ -93,12 +95,44 @@ impl TensorParallel {
         alloc: &mut Alloc,
         kv: Box<dyn FnMut(MemoryKind, usize) -> Result<Held, MemoryError> + Send>,
     ) -> Result<TensorParallel, LoadError> {
-        let (mut out, group) = (Vec::with_capacity(ranks), stream_group(gpu.clone(), ranks));
+        let group = stream_group(gpu.clone(), ranks);
         let meet = group[0].rendezvous();
-        for (rank, member) in group.into_iter().enumerate() {
+        let members = group.into_iter().map(|m| (gpu.clone(), Box::new(m) as Box<dyn DeviceCollective>)).collect();
+        Self::load_gpu_ranks(ckpt, members, meet, sizing, options, alloc, kv)
+    }
+
+    /// One GPU rank of the checkpoint per GPU of `gpus` (ordinal and opened GPU), joined by NCCL; memory as in
+    /// `load_cuda`.
+    pub fn load_nccl(
+        ckpt: &dyn Checkpoint,
+        gpus: &[(usize, Arc<Gpu>)],
+        sizing: Sizing,
+        options: CudaOptions,
+        alloc: &mut Alloc,
+        kv: Box<dyn FnMut(MemoryKind, usize) -> Result<Held, MemoryError> + Send>,
+    ) -> Result<TensorParallel, LoadError> {
+        let max_len = sizing.max_tokens * ckpt.config().hidden_size;
+        let group = nccl_group(gpus, max_len, alloc).map_err(LoadError::Device)?;
+        let members = gpus.iter().zip(group).map(|((_, g), m)| (g.clone(), Box::new(m) as Box<dyn DeviceCollective>));
+        let meet = Rendezvous::new(gpus.len());
+        Self::load_gpu_ranks(ckpt, members.collect(), meet, sizing, options, alloc, kv)
+    }
+
+    fn load_gpu_ranks(
+        ckpt: &dyn Checkpoint,
+        members: Vec<(Arc<Gpu>, Box<dyn DeviceCollective>)>,
+        meet: Arc<Rendezvous>,
+        sizing: Sizing,
+        options: CudaOptions,
+        alloc: &mut Alloc,
+        kv: Box<dyn FnMut(MemoryKind, usize) -> Result<Held, MemoryError> + Send>,
+    ) -> Result<TensorParallel, LoadError> {
+        let ranks = members.len();
+        let mut out = Vec::with_capacity(ranks);
+        for (rank, (gpu, member)) in members.into_iter().enumerate() {
             let shard = ShardedCheckpoint::new(ckpt, rank, ranks)?;
-            let mut llama = CudaLlama::load(&shard, gpu.clone(), sizing, options, alloc, &mut |_, _| {})?;
-            llama.join(Box::new(member));
+            let mut llama = CudaLlama::load(&shard, gpu, sizing, options, alloc, &mut |_, _| {})?;
+            llama.join(member);
             out.push(Rank { engine: Box::new(llama), threads: None, pool: None });
         }
         Ok(TensorParallel { ranks: out, pools: RankPools::Device(kv), meet })

@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 mod attention;
 mod conv;
 mod gemm;
+mod nccl;
 mod pack;
 mod sampling;
 mod vmm;
@@ -19,6 +20,7 @@ pub use crate::cuda_pack::{gate_up_order, gemm_segments, pack_weight, packed_ind
 pub use attention::{attention_group_rows, AttentionArgs, QkvArgs, ATTENTION_SPLIT, HEAD_DIMS};
 pub use conv::{ConvLaunch, Windows};
 pub use gemm::NormIn;
+pub use nccl::NcclComm;
 pub use pack::{packed_vector, Event, PackPlace};
 pub use sampling::{KeepRows, KEEP_SCRATCH};
 pub use vmm::{Mapped, Physical, Vmm};
