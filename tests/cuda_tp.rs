@@ -13,7 +13,7 @@ use tensorfold_engine::boundary::{Engine, LaneStep, Logits};
 use tensorfold_engine::checkpoint::hf::HfCheckpoint;
 use tensorfold_engine::generate::PAGE_TOKENS;
 use tensorfold_engine::llama::cuda::{CudaOptions, Sizing};
-use tensorfold_engine::memory::{Held, MemoryError, MemoryKind};
+use tensorfold_engine::memory::{Held, MemoryError, OwnedAlloc};
 use tensorfold_engine::tp::TensorParallel;
 
 use common::cuda::{checkpoint, gpu, load, prefill, relative_gap, same_bits, tokens};
@@ -21,10 +21,8 @@ use common::Rng;
 
 const SIZING: Sizing = Sizing { max_tokens: 160, max_lanes: 40, context: 256 };
 
-type KvAlloc = Box<dyn FnMut(MemoryKind, usize) -> Result<Held, MemoryError> + Send>;
-
 /// The ledger's grants, for the KV pools of ranks past 0.
-fn kv_alloc(dev: &CudaDevice) -> KvAlloc {
+fn kv_alloc(dev: &CudaDevice) -> OwnedAlloc {
     let device = dev.device.clone();
     Box::new(move |kind, bytes| {
         allocate_blocking(&device, kind, bytes).map(|a| Box::new(a) as Held).map_err(|e| MemoryError(e.to_string()))

@@ -71,3 +71,6 @@ pub struct MemoryError(pub String);
 
 /// Asks the runtime's ledger for memory of a kind.
 pub type Alloc<'a> = dyn FnMut(MemoryKind, usize) -> Result<Held, MemoryError> + 'a;
+
+/// An `Alloc` a holder keeps and may call from another thread.
+pub type OwnedAlloc = Box<dyn FnMut(MemoryKind, usize) -> Result<Held, MemoryError> + Send>;

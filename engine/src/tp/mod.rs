@@ -21,7 +21,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::llama::cuda::{CudaLlama, CudaOptions, Sizing};
 use crate::llama::Llama;
-use crate::memory::{Alloc, Held, MemoryError, MemoryKind};
+use crate::memory::{Alloc, MemoryError, MemoryKind, OwnedAlloc};
 use collective::{host_group, Rendezvous};
 use nccl::nccl_group;
 use shard::ShardedCheckpoint;
@@ -38,7 +38,7 @@ struct Rank {
 enum RankPools {
     Host,
     /// On the GPU, from memory this grants (the runtime's ledger).
-    Device(Box<dyn FnMut(MemoryKind, usize) -> Result<Held, MemoryError> + Send>),
+    Device(OwnedAlloc),
 }
 
 impl RankPools {
@@ -93,7 +93,7 @@ impl TensorParallel {
         sizing: Sizing,
         options: CudaOptions,
         alloc: &mut Alloc,
-        kv: Box<dyn FnMut(MemoryKind, usize) -> Result<Held, MemoryError> + Send>,
+        kv: OwnedAlloc,
     ) -> Result<TensorParallel, LoadError> {
         let group = stream_group(gpu.clone(), ranks);
         let meet = group[0].rendezvous();
@@ -109,7 +109,7 @@ impl TensorParallel {
         sizing: Sizing,
         options: CudaOptions,
         alloc: &mut Alloc,
-        kv: Box<dyn FnMut(MemoryKind, usize) -> Result<Held, MemoryError> + Send>,
+        kv: OwnedAlloc,
     ) -> Result<TensorParallel, LoadError> {
         let max_len = sizing.max_tokens * ckpt.config().hidden_size;
         let group = nccl_group(gpus, max_len, alloc).map_err(LoadError::Device)?;
@@ -125,7 +125,7 @@ impl TensorParallel {
         sizing: Sizing,
         options: CudaOptions,
         alloc: &mut Alloc,
-        kv: Box<dyn FnMut(MemoryKind, usize) -> Result<Held, MemoryError> + Send>,
+        kv: OwnedAlloc,
     ) -> Result<TensorParallel, LoadError> {
         let ranks = members.len();
         let mut out = Vec::with_capacity(ranks);
@@ -156,6 +156,7 @@ impl Engine for TensorParallel {
         let (layout, pages) = (pool.layout(), pool.num_pages());
         for rank in &mut self.ranks[1..] {
             if rank.pool.as_ref().is_none_or(|p| p.layout() != layout || p.num_pages() != pages) {
+                // The old pool goes back to the ledger before the new one is taken.
                 rank.pool = None;
                 rank.pool = Some(self.pools.make(layout, pages)?);
             }
