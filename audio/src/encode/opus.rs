@@ -1,7 +1,8 @@
-//! Ogg Opus (RFC 7845): libopus frames of 20 ms, each pushed chunk's frames flushed as one Ogg page.
+//! Ogg Opus (RFC 7845): frames of 20 ms from opus-rs (a pure-Rust port of libopus), each pushed chunk's frames
+//! flushed as one Ogg page.
 
 use ogg::writing::{PacketWriteEndInfo, PacketWriter};
-use opus::{Application, Bitrate, Channels};
+use opus_rs::{Application, OpusEncoder};
 
 use super::{AudioFormat, Codec, EncodeError};
 
@@ -14,7 +15,7 @@ const MAX_PACKET_BYTES: usize = 1275;
 const SERIAL: u32 = 0x7466_6f6c;
 
 pub(super) struct OggOpus {
-    encoder: opus::Encoder,
+    encoder: OpusEncoder,
     writer: PacketWriter<'static, Vec<u8>>,
     /// Samples of one frame at the input rate.
     frame: usize,
@@ -36,14 +37,13 @@ impl OggOpus {
     /// The codec, and the stream's header pages (OpusHead, OpusTags).
     pub(super) fn new(sample_rate: u32) -> Result<(OggOpus, Vec<u8>), EncodeError> {
         if !matches!(sample_rate, 8_000 | 12_000 | 16_000 | 24_000 | 48_000) {
-            return Err(fault("sample rate", format!("{sample_rate} Hz is not one libopus encodes")));
+            return Err(fault("sample rate", format!("{sample_rate} Hz is not one Opus encodes")));
         }
         let mut encoder =
-            opus::Encoder::new(sample_rate, Channels::Mono, Application::Audio).map_err(|e| fault("create", e))?;
-        encoder.set_bitrate(Bitrate::Bits(BITRATE)).map_err(|e| fault("bit rate", e))?;
+            OpusEncoder::new(sample_rate as i32, 1, Application::Audio).map_err(|e| fault("create", e))?;
+        encoder.bitrate_bps = BITRATE;
         let granule_step = u64::from(GRANULE_RATE / sample_rate);
-        let lookahead = encoder.get_lookahead().map_err(|e| fault("look-ahead", e))?;
-        let pre_skip = lookahead as u64 * granule_step;
+        let pre_skip = lookahead(sample_rate) * granule_step;
         let mut codec = OggOpus {
             encoder,
             writer: PacketWriter::new(Vec::new()),
@@ -70,7 +70,9 @@ impl OggOpus {
         let num_frames = self.held.len() / self.frame;
         for i in 0..num_frames {
             let frame = &self.held[i * self.frame..(i + 1) * self.frame];
-            let packet = self.encoder.encode_vec(frame, MAX_PACKET_BYTES).map_err(|e| fault("encode", e))?;
+            let mut packet = vec![0; MAX_PACKET_BYTES];
+            let len = self.encoder.encode_i16(frame, self.frame, &mut packet).map_err(|e| fault("encode", e))?;
+            packet.truncate(len);
             self.num_frames += 1;
             let mut granule = self.num_frames * self.frame as u64 * self.granule_step;
             let info = match (i + 1 == num_frames, end) {
@@ -107,6 +109,11 @@ impl Codec for OggOpus {
     }
 }
 
+/// The encoder's look-ahead in input samples, as libopus reports it: 2.5 ms of its own plus 4 ms of delay compensation.
+fn lookahead(sample_rate: u32) -> u64 {
+    u64::from(sample_rate / 400 + sample_rate / 250)
+}
+
 /// RFC 7845's identification header: version 1, mono, no gain, channel mapping family 0.
 fn opus_head(pre_skip: u16, input_rate: u32) -> Vec<u8> {
     let mut head = b"OpusHead".to_vec();
@@ -120,7 +127,7 @@ fn opus_head(pre_skip: u16, input_rate: u32) -> Vec<u8> {
 
 /// RFC 7845's comment header: the vendor string and no comments.
 fn opus_tags() -> Vec<u8> {
-    let vendor = format!("tensorfold (libopus {})", opus::version());
+    let vendor = "tensorfold (opus-rs)";
     let mut tags = b"OpusTags".to_vec();
     tags.extend((vendor.len() as u32).to_le_bytes());
     tags.extend(vendor.as_bytes());

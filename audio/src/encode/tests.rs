@@ -94,7 +94,7 @@ fn test_ogg_opus_marks_where_the_audio_ends() {
     assert_eq!(&head[..8], b"OpusHead");
     let pre_skip = u16::from_le_bytes([head[10], head[11]]) as u64;
     assert_eq!(u32::from_le_bytes(head[12..16].try_into().unwrap()), RATE, "the input rate");
-    assert!(pre_skip > 0, "libopus looks ahead");
+    assert!(pre_skip > 0, "the encoder looks ahead");
     // OpusHead and OpusTags each alone on a page of granule 0, the first page marked beginning of stream.
     assert_eq!((pages[0].0, pages[0].1, pages[0].2.len()), (2, 0, 1));
     assert_eq!((pages[1].0, pages[1].1, pages[1].2.len()), (0, 0, 1));
