@@ -213,6 +213,47 @@ fn test_streamed_logprobs_ride_on_each_choice() {
     }
 }
 
+/// Greedy and sampled, on both routes: every token has its log-probability and alternatives, a greedy token is its
+/// row's most likely, and asking for them changes no token (a GPU draws sampled rows cut short without them).
+#[test]
+fn test_logprobs_on_both_routes_greedy_and_sampled() {
+    let server = Server::start(&[]);
+    for sampled in [json!({"temperature": 0}), json!({"temperature": 0.8, "seed": 11})] {
+        let plain = completion(&server, json!(FRANCE), sampled.clone());
+        let mut asked = plain.clone();
+        asked["logprobs"] = json!(2);
+        let reply = post(&server, COMPLETIONS, &asked);
+        let logprobs = &reply["choices"][0]["logprobs"];
+        let tokens = logprobs["token_logprobs"].as_array().expect("token_logprobs");
+        assert!(!tokens.is_empty(), "{reply}");
+        for (i, lp) in tokens.iter().enumerate() {
+            let lp = lp.as_f64().expect("a log-probability");
+            let top = logprobs["top_logprobs"][i].as_object().expect("alternatives");
+            assert!(lp <= 0.0 && top.len() == 2, "{reply}");
+            if sampled["temperature"] == 0 {
+                assert!(
+                    top.values().all(|t| t.as_f64().unwrap() <= lp + 1e-6),
+                    "greedy took a less likely token: {reply}"
+                );
+            }
+        }
+        assert_eq!(texts(&reply, "/text"), texts(&post(&server, COMPLETIONS, &plain), "/text"), "{sampled}");
+
+        let plain = chat(&server, sampled.clone());
+        let mut asked = plain.clone();
+        (asked["logprobs"], asked["top_logprobs"]) = (json!(true), json!(2));
+        let reply = post(&server, CHAT, &asked);
+        let content = reply["choices"][0]["logprobs"]["content"].as_array().expect("content");
+        assert!(!content.is_empty(), "{reply}");
+        for entry in content {
+            assert!(entry["logprob"].as_f64().is_some_and(|lp| lp <= 0.0), "{entry}");
+            assert_eq!(entry["top_logprobs"].as_array().map(Vec::len), Some(2), "{entry}");
+        }
+        let field = "/message/content";
+        assert_eq!(texts(&reply, field), texts(&post(&server, CHAT, &plain), field), "{sampled}");
+    }
+}
+
 #[test]
 fn test_logit_bias_and_penalties_steer_the_draws() {
     let server = Server::start(&[]);

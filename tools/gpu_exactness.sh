@@ -29,6 +29,10 @@ shift || true
 if [[ "$MODE" == tests ]]; then
     tests cuda-tests cuda-runtime-tests gemm-tests cuda-speech-tests
     TF_TEST_DEVICE=cuda TF_TEST_BINARY="$PWD/.device/tensorfold" tests drafts-tests prefix-cache-tests
+    # Log-probabilities on both completion routes, greedy and sampled (a GPU cuts sampled rows short without them).
+    echo "== features-tests (logprobs) at $(elapsed) s"
+    TF_TEST_DEVICE=cuda TF_TEST_BINARY="$PWD/.device/tensorfold" timeout 400 .device/features-tests logprobs \
+        --test-threads 1 2>&1 | grep -E "^test |test result|skipped|panicked" | tee "$OUT/features-tests.txt"
     # The committed Drama checkpoint's heads are too small for the GPU's attention: a two-layer orpheus-3b copy
     # stands in. Listing the models expects the default voice, and `speak` runs on the CPU: both are left out.
     DRAMA="${TMPDIR:-/tmp}/tensorfold-bench/drama"

@@ -77,3 +77,41 @@ async fn test_rows_cut_by_the_engine_draw_what_whole_rows_draw() {
     assert_eq!(together, want, "rows cut by the engine drew other tokens among other lanes");
     assert!(want.iter().all(|(t, f)| !t.is_empty() && f.is_some()));
 }
+
+/// Every token's id and log-probability (with its alternatives) of a request, and how it finished.
+async fn collect_logprobs(
+    mut rx: tokio::sync::mpsc::Receiver<crate::request_types::Event>,
+) -> Vec<(u32, Option<crate::request_types::TokenLogprob>)> {
+    use crate::request_types::Event;
+    let mut tokens = Vec::new();
+    while let Some(event) = rx.recv().await {
+        match event {
+            Event::Token { id, logprob, .. } => tokens.push((id, logprob)),
+            Event::Done { .. } => return tokens,
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    panic!("the stream ended without a finish")
+}
+
+#[actix::test]
+async fn test_greedy_lanes_and_lanes_asking_for_logprobs_draw_alike_from_an_engine_that_cuts_rows() {
+    let whole = start(Box::new(FakeEngine)).await;
+    let keeping = start(Box::new(Keeping { inner: FakeEngine, rows_cut: Arc::new(AtomicUsize::new(0)) })).await;
+    let cases =
+        [(0, 0.0, 1.0, true), (1, 0.0, 1.0, true), (2, 0.8, 1.0, true), (3, 1.0, 1.3, true), (4, 0.0, 1.3, false)];
+    for (i, temperature, repetition_penalty, logprobs) in cases {
+        let asking = || {
+            let mut w = work(i);
+            w.sampling = SamplingParams { temperature, repetition_penalty, seed: i, ..Default::default() };
+            w.logprobs = logprobs.then_some(2);
+            on(TEXT, w)
+        };
+        let want = collect_logprobs(whole.submit(asking()).await.unwrap()).await;
+        let got = collect_logprobs(keeping.submit(asking()).await.unwrap()).await;
+        assert!(
+            !want.is_empty() && want.iter().all(|(_, lp)| lp.as_ref().is_some_and(|l| l.top.len() == 2) == logprobs)
+        );
+        assert_eq!(got, want, "temperature {temperature}: the tokens or their log-probabilities differ");
+    }
+}

@@ -292,9 +292,11 @@ fn logits_for(spec: &SampleSpec) -> Logits {
     }
 }
 
-/// Whether a lane's draw is of its last row alone, sampled: the draw an engine that keeps rows can cut short.
+/// Whether a lane's draw is of its last row alone, sampled: the draw an engine that keeps rows can cut short. A lane
+/// asking for log-probabilities needs its whole row (their sum runs over the vocabulary); at temperature 0 no cut
+/// is defined.
 fn is_kept_draw(spec: &SampleSpec) -> bool {
-    logits_for(spec) == Logits::Last && !is_shaped(spec)
+    logits_for(spec) == Logits::Last && !is_shaped(spec) && spec.logprobs.is_none() && spec.params.temperature > 0.0
 }
 
 /// A sampled lane's token from its last row cut to the tokens its draw can take: (id bits, logit) pairs.
