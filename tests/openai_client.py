@@ -259,6 +259,29 @@ def default_server_mp3(client):
     return seconds
 
 
+def default_server_opus(client):
+    """The default voice as Ogg Opus, decoded by FFmpeg through PyAV: an independent decoder for the server's encoder."""
+    import av
+
+    response = client.audio.speech.create(model="tts-1", voice="alloy", input=SPEECH_TEXT, response_format="opus")
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "speech.opus")
+        response.write_to_file(path)
+        with av.open(path) as container:
+            check(container.format.name == "ogg", f"container {container.format.name!r}")
+            stream = container.streams.audio[0]
+            check(stream.codec_context.name.endswith("opus"), f"codec {stream.codec_context.name!r}")
+            frames = list(container.decode(stream))
+            check(all(frame.format.name in ("flt", "fltp") for frame in frames), "FFmpeg's Opus decoder gives floats")
+            samples = [x for f in frames for x in array.array("f", bytes(f.planes[0])[: 4 * f.samples])]
+            rate = stream.codec_context.sample_rate
+    seconds = len(samples) / rate
+    check(0.5 < seconds < 10, f"{seconds:.2f} s of Opus at {rate} Hz for {SPEECH_TEXT!r}")
+    loudest = max(abs(float(x)) for x in samples)
+    check(loudest > 0.01, f"the Opus is silent (peak {loudest})")
+    return seconds
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True, help="the server's /v1 URL")
@@ -292,6 +315,7 @@ def main():
     if args.default_base_url:
         default = openai.OpenAI(base_url=args.default_base_url, api_key=args.api_key, timeout=300, max_retries=0)
         cases.append(("speech_default_mp3", lambda *_: default_server_mp3(default)))
+        cases.append(("speech_default_opus", lambda *_: default_server_opus(default)))
     for name, case in cases:
         try:
             results[name] = case(client, model)

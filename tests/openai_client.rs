@@ -45,4 +45,5 @@ fn test_official_openai_client_works() {
     assert!(stdout.contains("ok   speech_wav"), "the script ran no WAV speech case:\n{stdout}");
     assert!(stdout.contains("ok   speech_default_voice"), "the script ran no default-voice case:\n{stdout}");
     assert!(stdout.contains("ok   speech_default_mp3"), "the script ran no plain OpenAI speech call:\n{stdout}");
+    assert!(stdout.contains("ok   speech_default_opus"), "the script decoded no Opus:\n{stdout}");
 }

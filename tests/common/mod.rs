@@ -4,6 +4,7 @@
 
 pub mod cuda;
 pub mod events;
+pub mod pyenv;
 pub mod server;
 pub mod speech;
 use std::sync::OnceLock;
@@ -38,17 +39,22 @@ impl Rng {
     }
 }
 
-/// `TF_TEST_PYTHON`, else `python3`, if it can `import {modules}`; `None` (a skip) when it cannot, unless `CI` is set.
+/// The client tests' Python (`pyenv::test_python`) if it can `import {modules}`; `None` (a skip) when it cannot,
+/// unless `CI` is set.
 pub fn python_importing(modules: &str) -> Option<String> {
-    let python = std::env::var("TF_TEST_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let probe = std::process::Command::new(&python).args(["-c", &format!("import {modules}")]).output();
-    let why = match probe {
-        Ok(output) if output.status.success() => return Some(python),
-        Ok(output) => String::from_utf8_lossy(&output.stderr).lines().last().unwrap_or_default().to_string(),
-        Err(error) => error.to_string(),
+    let why = match pyenv::test_python() {
+        Ok(python) => {
+            let probe = std::process::Command::new(&python).args(["-c", &format!("import {modules}")]).output();
+            match probe {
+                Ok(output) if output.status.success() => return Some(python),
+                Ok(output) => String::from_utf8_lossy(&output.stderr).lines().last().unwrap_or_default().to_string(),
+                Err(error) => format!("{python}: {error}"),
+            }
+        }
+        Err(why) => why,
     };
-    assert!(std::env::var_os("CI").is_none(), "CI is set but {python} cannot import {modules}: {why}");
-    println!("skipping: {python} cannot import {modules} ({why}); set TF_TEST_PYTHON to a Python that can");
+    assert!(std::env::var_os("CI").is_none(), "CI is set but no Python can import {modules}: {why}");
+    println!("skipping: no Python can import {modules} ({why}); set TF_TEST_PYTHON to one that can");
     None
 }
 
