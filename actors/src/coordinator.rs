@@ -94,23 +94,21 @@ pub struct Schedule {
 pub struct Drafting {
     /// Most tokens a lane proposes and verifies in one step; 0 turns drafting off.
     pub tokens: usize,
-    /// Most decoding lanes in a round whose lanes still draft.
-    pub max_lanes: usize,
     /// Most rounds a lane waits after a draft of which nothing was kept, doubling from one.
     pub max_wait: u32,
 }
 
 impl Drafting {
-    pub const OFF: Drafting = Drafting { tokens: 0, max_lanes: 0, max_wait: 0 };
+    pub const OFF: Drafting = Drafting { tokens: 0, max_wait: 0 };
 
-    /// Where each row of a step costs compute: wide rounds do not draft, and a lane whose drafts fail waits long.
+    /// Where each row of a step costs compute, a lane whose drafts fail probes rarely.
     pub fn on_cpu(tokens: usize) -> Drafting {
-        Drafting { tokens, max_lanes: 4, max_wait: 16 }
+        Drafting { tokens, max_wait: 64 }
     }
 
-    /// Where a step of tens of rows costs about what one row does: drafts are long and a failed one costs little.
+    /// Where a step of tens of rows costs about what one row does, a failed draft costs little.
     pub fn on_gpu(tokens: usize) -> Drafting {
-        Drafting { tokens, max_lanes: 8, max_wait: 2 }
+        Drafting { tokens, max_wait: 2 }
     }
 }
 
@@ -311,8 +309,8 @@ impl Coordinator {
         let mut budget = self.schedule.round_tokens;
         let mut plan = RoundPlan::default();
         let decoding = |l: &Lane| l.num_planned >= l.prompt_len();
-        // Drafts pay where a round's rows are cheap; in a wide round every drafted row costs a decode's share.
-        let drafting = self.lanes.iter().filter(|l| decoding(l)).count() <= self.schedule.drafting.max_lanes;
+        let num_decoding = self.lanes.iter().filter(|l| decoding(l)).count();
+        let mut rows = num_decoding;
         for pass_decode in [true, false] {
             for lane in self.lanes.iter_mut().filter(|l| decoding(l) == pass_decode) {
                 let start = lane.num_planned;
@@ -324,9 +322,13 @@ impl Coordinator {
                 // A decoding lane may carry a draft, within the round's budget and its own token budget.
                 let left = lane.request.max_tokens - lane.num_generated;
                 let most = self.schedule.drafting.tokens.min(budget).min(left.saturating_sub(1));
+                let most = match pass_decode && lane.request.draft {
+                    true => lane.drafter.length(most, num_decoding, rows, self.runner.step_cost(lane.request.model)),
+                    false => 0,
+                };
                 // Positions the draft takes: the lookup's tokens, or the draft model's, which the runner fills in.
                 let (mut draft, mut reserved) = (Vec::new(), 0);
-                if pass_decode && drafting && lane.request.draft && most > 0 && lane.drafter.ready() {
+                if most > 0 {
                     match lane.shadow.as_mut() {
                         Some(s) if end.saturating_sub(s.seen) <= DRAFT_MAX_LAG => {
                             reserved = most;
@@ -350,6 +352,7 @@ impl Coordinator {
                     }
                 }
                 budget -= reserved;
+                rows += reserved;
                 lane.lease.grow_to(end + reserved);
                 lane.num_planned = end + reserved;
                 let draws = end == lane.tokens.len();

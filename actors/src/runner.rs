@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 
 use tensorfold_engine::boundary::{Codec, Engine, EngineError, Keep, KvPool, LaneStep, Logits, Voice};
 
+use crate::draft::StepCost;
 use crate::request_types::TokenLogprob;
 use crate::round::{PlannedLane, RoundOutput, RoundPlan, SampleSpec, Sampled};
 use crate::rules::{row_masks, shape_row, LaneGrammar, Masks, RowMasks};
@@ -32,10 +33,15 @@ pub enum ModelSlot {
 /// A handle to the engine thread; dropping it ends the thread after the current round.
 pub struct EngineRunner {
     jobs: mpsc::Sender<Job>,
+    /// What a step costs on each model, for drafting's choices.
+    step_costs: Vec<StepCost>,
 }
 
 impl EngineRunner {
-    pub fn spawn(mut models: Vec<ModelSlot>) -> std::io::Result<EngineRunner> {
+    /// Starts the engine thread; with `probe_rows` above 1, first times each token model's steps of one row and of
+    /// that many (what a verify step costs on this device).
+    pub fn spawn(mut models: Vec<ModelSlot>, probe_rows: usize) -> std::io::Result<EngineRunner> {
+        let step_costs = models.iter_mut().map(|m| measure_step_cost(m, probe_rows)).collect();
         let (jobs, inbox) = mpsc::channel::<Job>();
         thread::Builder::new().name("tensorfold-engine".into()).spawn(move || {
             let mut idle_since = Instant::now();
@@ -60,7 +66,12 @@ impl EngineRunner {
                 let _ = job.reply.send(output);
             }
         })?;
-        Ok(EngineRunner { jobs })
+        Ok(EngineRunner { jobs, step_costs })
+    }
+
+    /// What a step costs on `model`.
+    pub fn step_cost(&self, model: usize) -> StepCost {
+        self.step_costs.get(model).copied().unwrap_or(StepCost::UNKNOWN)
     }
 
     /// Queues a round; the receiver yields its output, or an error if the round failed or the engine thread died.
@@ -69,6 +80,39 @@ impl EngineRunner {
         // A dead engine thread drops the reply sender, which the receiver reports.
         let _ = self.jobs.send(Job { plan, reply });
         output
+    }
+}
+
+/// Times a token model's one-row step against one of `rows` rows, the fastest of three each after a warm-up, on KV
+/// pages no lane holds yet (a lane writes every position it reads).
+fn measure_step_cost(slot: &mut ModelSlot, rows: usize) -> StepCost {
+    let ModelSlot::Tokens { engine, pool, .. } = slot else { return StepCost::UNKNOWN };
+    let pages: Vec<u32> = (0..rows.div_ceil(pool.layout().page_tokens) as u32).collect();
+    if rows < 2 || pages.len() > pool.num_pages() {
+        return StepCost::UNKNOWN;
+    }
+    let tokens = vec![1u32.min(engine.vocab_size() as u32 - 1); rows];
+    let mut time = |n: usize| -> Result<f64, EngineError> {
+        let logits = if n == 1 { Logits::Argmax } else { Logits::Picks };
+        let step = LaneStep { tokens: &tokens[..n], start_pos: 0, pages: &pages, logits, keep: None };
+        let mut best = f64::INFINITY;
+        for i in 0..4 {
+            let started = Instant::now();
+            engine.forward(pool, std::slice::from_ref(&step))?;
+            best = if i == 0 { best } else { best.min(started.elapsed().as_secs_f64()) };
+        }
+        Ok(best)
+    };
+    match time(1).and_then(|one| Ok((one, time(rows)?))) {
+        Ok((one, many)) => {
+            let cost = StepCost::from_times(one, many, rows);
+            tracing::info!(one_row_us = (one * 1e6) as u64, rows, many_us = (many * 1e6) as u64, "step cost");
+            cost
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "timing a step failed; drafting assumes rows are free");
+            StepCost::UNKNOWN
+        }
     }
 }
 
