@@ -36,11 +36,15 @@ pub fn binary() -> std::path::PathBuf {
 }
 
 impl Server {
-    /// Starts `tensorfold serve --port 0` on the default model with `extra` flags and waits until healthy.
+    /// Starts `tensorfold serve --port 0` on the default model (or `TF_TEST_MODEL`, for a GPU machine that cannot
+    /// fetch it) with `extra` flags and waits until healthy.
     pub fn start(extra: &[&str]) -> Server {
-        let model = tensorfold::settings::process_fetcher()
-            .and_then(|f| f.default_model_path())
-            .expect("fetching the default model");
+        let model = match std::env::var_os("TF_TEST_MODEL") {
+            Some(path) => path.into(),
+            None => tensorfold::settings::process_fetcher()
+                .and_then(|f| f.default_model_path())
+                .expect("fetching the default model"),
+        };
         Server::start_with_model(&model, extra)
     }
 

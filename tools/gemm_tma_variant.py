@@ -1,0 +1,143 @@
+"""Variants of kernels/cuda/gemm_tma.cu (TMA + wgmma, persistent, warp-specialized) for tools/gemm_bench.py.
+
+Every variant computes C = A W^T in the reference's order (one f32 accumulator from +0, k16 steps ascending, no
+split-K); they differ only in tile shape, stage count, cluster and walk, so the bench can pick the fastest per shape.
+
+Launch of each: grid = min(SMs, units * cluster) CTAs (a multiple of the cluster), 384 threads (a producer
+warpgroup, two consumer warpgroups), dynamic shared memory 1024 + stages * ((BM + BN) * 128 + 16) bytes, cluster
+(2, 1, 1) for the _c2 (pair shares the weight tile) and _a2 (pair shares the activation tile) kernels.
+
+swiglu_run(cuda, a, w, act, m, n, k, kernel=..., bias=None) runs the SwiGLU epilogue: W's rows interleave 8-row
+gate and up tiles (N a multiple of 16), act is bf16 [m, n // 2], act[r][j] = silu_mul(gate + bias, up + bias); the
+bench checks it against the reference's C passed through silu_mul on the host.
+"""
+
+import torch
+
+from gemm_cuda import Variant
+
+SOURCE = "kernels/cuda/gemm_tma.cu"
+THREADS = 384
+
+# Kernel: (BM, BN, stages, CM, CN), as the TMA_ENTRY lines of the .cu file declare them.
+KERNELS = {
+    "gemm_tma_128x256": (128, 256, 4, 1, 1),
+    "gemm_tma_128x256_c2": (128, 256, 4, 2, 1),
+    "gemm_tma_128x224": (128, 224, 5, 1, 1),
+    "gemm_tma_128x224_c2": (128, 224, 5, 2, 1),
+    "gemm_tma_128x192": (128, 192, 5, 1, 1),
+    "gemm_tma_128x192_c2": (128, 192, 5, 2, 1),
+    "gemm_tma_256x128": (256, 128, 4, 1, 1),
+    "gemm_tma_256x128_c2": (256, 128, 4, 2, 1),
+    "gemm_tma_128x128": (128, 128, 7, 1, 1),
+    "gemm_tma_64x256": (64, 256, 5, 1, 1),
+    "gemm_tma_64x128": (64, 128, 9, 1, 1),
+    "gemm_tma_64x128_a2": (64, 128, 9, 1, 2),
+    "gemm_tma_64x64": (64, 64, 14, 1, 1),
+    "gemm_tma_64x64_a2": (64, 64, 14, 1, 2),
+    "gemm_tma_64x32": (64, 32, 18, 1, 1),
+    "gemm_tma_64x32_a2": (64, 32, 18, 1, 2),
+}
+
+# Rows of A that one group of the walk spans: the CTAs at work together share those A tiles and a few W tiles in L2.
+GROUP_ROWS = 2048
+
+
+def smem_bytes(kernel):
+    bm, bn, stages, _, _ = KERNELS[kernel]
+    return 1024 + stages * ((bm + bn) * 128 + 16)
+
+
+_maps = {}
+_sms = {}
+
+
+def _map(cuda, t, rows, cols, box_rows):
+    # The map holds only the address, shape and box: one per (pointer, shape, box) serves every later call.
+    key = (t.data_ptr(), rows, cols, box_rows)
+    found = _maps.get(key)
+    if found is None:
+        found = cuda.tensor_map_2d(t.data_ptr(), rows, cols, box_rows, 64, 128)
+        _maps[key] = found
+    return found
+
+
+def _sm_count(device):
+    if device not in _sms:
+        _sms[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _sms[device]
+
+
+def launch(cuda, kernel, a, w, bias, c, act, m, n, k, group_rows=GROUP_ROWS, ctas=None):
+    """One launch of `kernel`: C (f32 [m, n]) when act is None, else the SwiGLU act (bf16 [m, n // 2]).
+
+    ctas caps the grid (a multiple of the cluster): with 1 or 2, one CTA or pair walks every tile, for debugging.
+    """
+    bm, bn, _, cm, cn = KERNELS[kernel]
+    assert k % 64 == 0, "K must be a multiple of 64"
+    assert a.is_contiguous() and w.is_contiguous()
+    if act is not None:
+        assert n % 16 == 0, "SwiGLU needs whole 16-row gate/up pairs"
+    cluster = cm * cn
+    mu = ((m + bm - 1) // bm + cm - 1) // cm
+    nu = ((n + bn - 1) // bn + cn - 1) // cn
+    units = mu * nu
+    sms = _sm_count(a.device)
+    grid = min(sms // cluster, units) * cluster
+    if ctas is not None:
+        grid = min(grid, ctas // cluster * cluster)
+    group = max(1, min(mu, group_rows // (bm * cm)))
+    args = [
+        ("map", _map(cuda, a, m, k, bm // cn)),
+        ("map", _map(cuda, w, n, k, bn // cm)),
+        ("ptr", 0 if bias is None else bias.data_ptr()),
+        ("ptr", 0 if c is None else c.data_ptr()),
+        ("ptr", 0 if act is None else act.data_ptr()),
+        ("i32", m),
+        ("i32", n),
+        ("i32", k),
+        ("i32", group),
+    ]
+    cuda.launch(kernel, (grid, 1, 1), (THREADS, 1, 1), smem_bytes(kernel), args, cluster=(cluster, 1, 1))
+
+
+def swiglu_run(cuda, a, w, act, m, n, k, kernel="gemm_tma_128x256", bias=None):
+    """act[r][j] = silu_mul(gate, up) of W's interleaved 8-row gate/up tiles; no C is written."""
+    launch(cuda, kernel, a, w, bias, None, act, m, n, k)
+
+
+def _setup(kernels):
+    def setup(cuda):
+        for kernel in kernels:
+            cuda.set_smem(kernel, smem_bytes(kernel))
+
+    return setup
+
+
+def _variant(kernel, min_m, max_m, group_rows=GROUP_ROWS, suffix=""):
+    def run(cuda, a, w, c, m, n, k):
+        launch(cuda, kernel, a, w, None, c, None, m, n, k, group_rows)
+
+    name = kernel.replace("gemm_tma_", "tma_") + suffix
+    return Variant(name=name, sources=[SOURCE], min_m=min_m, max_m=max_m, run=run, setup=_setup([kernel]))
+
+
+VARIANTS = [
+    _variant("gemm_tma_128x256", 64, 1 << 20),
+    _variant("gemm_tma_128x256", 64, 1 << 20, group_rows=512, suffix="_g512"),
+    _variant("gemm_tma_128x256_c2", 128, 1 << 20),
+    _variant("gemm_tma_128x224", 64, 1 << 20),
+    _variant("gemm_tma_128x224_c2", 128, 1 << 20),
+    _variant("gemm_tma_128x192", 64, 1 << 20),
+    _variant("gemm_tma_128x192_c2", 128, 1 << 20),
+    _variant("gemm_tma_256x128", 128, 1 << 20),
+    _variant("gemm_tma_256x128_c2", 256, 1 << 20),
+    _variant("gemm_tma_128x128", 64, 1 << 20),
+    _variant("gemm_tma_64x256", 64, 2048),
+    _variant("gemm_tma_64x128", 64, 2048),
+    _variant("gemm_tma_64x128_a2", 64, 2048),
+    _variant("gemm_tma_64x64", 64, 1024),
+    _variant("gemm_tma_64x64_a2", 64, 1024),
+    _variant("gemm_tma_64x32", 64, 512),
+    _variant("gemm_tma_64x32_a2", 64, 512),
+]
