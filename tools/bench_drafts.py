@@ -32,6 +32,11 @@ TASKS = {
             "in items)\n    tax = subtotal * tax_rate\n    return subtotal + tax\n\ndef total_weight(items):\n    "
             "return sum(item.weight for item in items)\n",
     "free": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    # Tasks the drafting was not tuned on: text that repeats its shape but not its tokens, and text that copies little.
+    "count": "Count from 1 to 300, separated by commas.",
+    "prose": "Explain how a refrigerator keeps food cold, for a curious twelve-year-old.",
+    "translate": f"Translate this paragraph into French:\n\n{PARAGRAPH}",
+    "lists": "List twenty kinds of fruit, one a line, each with its usual colour.",
 }
 
 

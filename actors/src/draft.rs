@@ -11,26 +11,51 @@ const PRIOR: f64 = 1.0;
 /// Each settled draft weighs this much less than the next: a lane's text changes what drafting earns.
 const DECAY: f64 = 0.9;
 
-/// What a forward pass costs on an engine, measured at start-up: `fixed` seconds plus `per_row` for each row.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// Points timed at start-up: a step of one row, then steps of this many times the draft rows.
+pub const TIMED_WIDTHS: [usize; 3] = [1, 2, 4];
+
+/// What a forward pass costs on an engine, measured at start-up: seconds at each timed number of rows, in between
+/// by straight lines, past the last by its slope (a step's rows cost little while the weights' reads bound it,
+/// then each row costs its compute).
+#[derive(Clone, Debug, PartialEq)]
 pub struct StepCost {
-    pub fixed: f64,
-    pub per_row: f64,
+    points: Vec<(usize, f64)>,
 }
 
 impl StepCost {
     /// Where nothing was timed: rows cost nothing beside the round, so lanes draft what they earn.
-    pub const UNKNOWN: StepCost = StepCost { fixed: 1.0, per_row: 0.0 };
+    pub fn unknown() -> StepCost {
+        StepCost { points: vec![(1, 1.0)] }
+    }
 
-    /// From the time of a one-row step and of a step of `rows` rows (more than one).
-    pub fn from_times(one_row: f64, many: f64, rows: usize) -> StepCost {
-        let per_row = ((many - one_row) / (rows - 1) as f64).max(0.0);
-        StepCost { fixed: (one_row - per_row).max(per_row * 1e-3), per_row }
+    /// From (rows, seconds) pairs; times that fall with more rows are raised to the one before.
+    pub fn from_points(mut points: Vec<(usize, f64)>) -> StepCost {
+        points.sort_by_key(|p| p.0);
+        points.dedup_by_key(|p| p.0);
+        for i in 1..points.len() {
+            points[i].1 = points[i].1.max(points[i - 1].1);
+        }
+        if points.is_empty() {
+            return StepCost::unknown();
+        }
+        StepCost { points }
+    }
+
+    /// Seconds for a step of `rows` rows.
+    pub fn seconds(&self, rows: usize) -> f64 {
+        let p = &self.points;
+        let i = p.iter().position(|&(r, _)| r >= rows).unwrap_or(p.len() - 1).max(1).min(p.len() - 1);
+        if p.len() == 1 {
+            return p[0].1;
+        }
+        let ((r0, t0), (r1, t1)) = (p[i - 1], p[i]);
+        let slope = (t1 - t0) / (r1 - r0) as f64;
+        (t0 + slope * (rows as f64 - r0 as f64)).max(p[0].1)
     }
 
     /// Tokens a second from a round of `rows` rows that yields `tokens` tokens.
     fn rate(&self, tokens: f64, rows: usize) -> f64 {
-        tokens / (self.fixed + rows as f64 * self.per_row)
+        tokens / self.seconds(rows)
     }
 }
 
@@ -67,7 +92,7 @@ impl Drafter {
     /// How many tokens (at most `most`) the lane drafts this round, 0 for none: the length that gives the round the
     /// most expected tokens a second, where the round has `lanes` decoding lanes in `rows` rows so far. Where no
     /// length pays, one token, as a probe of whether the text repeats now; failed probes wait longer each time.
-    pub fn length(&mut self, most: usize, lanes: usize, rows: usize, cost: StepCost) -> usize {
+    pub fn length(&mut self, most: usize, lanes: usize, rows: usize, cost: &StepCost) -> usize {
         if most == 0 || !self.ready() {
             return 0;
         }
@@ -149,8 +174,23 @@ mod tests {
         assert_eq!(lookup(&[5, 6, 1, 5, 6], 4), Vec::<u32>::new(), "a bigram is not enough");
     }
 
+    /// A CPU's steps: rows cheap while the weights' reads bound the step, then each row costs its compute.
+    fn cpu() -> StepCost {
+        StepCost::from_points(vec![(1, 1.0), (4, 1.5), (8, 4.0), (16, 7.0)])
+    }
+
+    #[test]
+    fn test_step_cost_follows_the_timed_points_and_extends_the_last_slope() {
+        let c = cpu();
+        assert_eq!((c.seconds(1), c.seconds(4), c.seconds(6)), (1.0, 1.5, 2.75));
+        assert_eq!(c.seconds(20), 8.5);
+        let odd = StepCost::from_points(vec![(4, 0.9), (1, 1.0)]);
+        assert_eq!((odd.seconds(1), odd.seconds(4)), (1.0, 1.0), "a time that falls with more rows is raised");
+        assert_eq!(StepCost::unknown().seconds(50), 1.0);
+    }
+
     /// Rows drafted over `rounds` rounds by a lane whose drafts keep `kept` of their tokens, at `cost`.
-    fn drafted_rows(kept: usize, rounds: usize, cost: StepCost) -> (usize, Vec<usize>) {
+    fn drafted_rows(kept: usize, rounds: usize, cost: &StepCost) -> (usize, Vec<usize>) {
         let mut d = Drafter::default();
         let mut lengths = Vec::new();
         for _ in 0..rounds {
@@ -165,28 +205,27 @@ mod tests {
 
     #[test]
     fn test_a_lane_whose_drafts_always_fail_pays_for_few_rows_where_rows_cost() {
-        let cpu = StepCost { fixed: 1.0, per_row: 0.4 };
-        let (rows, lengths) = drafted_rows(0, 400, cpu);
-        assert!(rows <= 12, "{rows} rows drafted in 400 rounds: {lengths:?}");
-        assert!(lengths.iter().all(|&n| n <= 1), "a lane with nothing kept drafts long: {lengths:?}");
+        let cost = cpu();
+        let (_, lengths) = drafted_rows(0, 400, &cost);
+        let extra: f64 = lengths.iter().map(|&n| cost.seconds(1 + n) - cost.seconds(1)).sum();
+        assert!(extra / 400.0 < 0.01, "drafts cost {:.1}% of 400 rounds: {lengths:?}", 100.0 * extra / 400.0);
+        assert!(lengths[20..].iter().all(|&n| n <= 1), "a lane with nothing kept drafts long: {lengths:?}");
     }
 
     #[test]
-    fn test_a_lane_whose_drafts_are_kept_drafts_long() {
-        let cpu = StepCost { fixed: 1.0, per_row: 0.4 };
-        let (_, lengths) = drafted_rows(8, 40, cpu);
-        assert!(lengths[30..].iter().all(|&n| n >= 6), "{lengths:?}");
-        let gpu = StepCost { fixed: 1.0, per_row: 0.002 };
-        let (_, lengths) = drafted_rows(0, 3, gpu);
-        assert!(lengths[0] >= 6, "where rows are nearly free a new lane drafts long: {lengths:?}");
+    fn test_a_lane_whose_drafts_are_kept_drafts_as_long_as_rows_stay_cheap() {
+        let (_, lengths) = drafted_rows(8, 40, &cpu());
+        assert!(lengths[10..].iter().all(|&n| n == 3), "cheap up to 4 rows, dear past them: {lengths:?}");
+        let gpu = StepCost::from_points(vec![(1, 1.0), (13, 1.02), (26, 1.05)]);
+        let (_, lengths) = drafted_rows(8, 40, &gpu);
+        assert!(lengths[10..].iter().all(|&n| n == 8), "where rows are nearly free, the most: {lengths:?}");
     }
 
     #[test]
     fn test_wide_rounds_draft_less() {
-        let cpu = StepCost { fixed: 1.0, per_row: 0.4 };
         let mut d = Drafter { kept: 3.0, refused: 1.0, ..Default::default() };
-        let alone = d.length(8, 1, 1, cpu);
-        let among = d.length(8, 16, 16, cpu);
+        let alone = d.length(8, 1, 1, &cpu());
+        let among = d.length(8, 16, 16, &cpu());
         assert!(alone > among, "alone {alone}, among 16 lanes {among}");
     }
 

@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 
 use tensorfold_engine::boundary::{Codec, Engine, EngineError, Keep, KvPool, LaneStep, Logits, Voice};
 
-use crate::draft::StepCost;
+use crate::draft::{StepCost, TIMED_WIDTHS};
 use crate::request_types::TokenLogprob;
 use crate::round::{PlannedLane, RoundOutput, RoundPlan, SampleSpec, Sampled};
 use crate::rules::{row_masks, shape_row, LaneGrammar, Masks, RowMasks};
@@ -71,7 +71,7 @@ impl EngineRunner {
 
     /// What a step costs on `model`.
     pub fn step_cost(&self, model: usize) -> StepCost {
-        self.step_costs.get(model).copied().unwrap_or(StepCost::UNKNOWN)
+        self.step_costs.get(model).cloned().unwrap_or_else(StepCost::unknown)
     }
 
     /// Queues a round; the receiver yields its output, or an error if the round failed or the engine thread died.
@@ -83,16 +83,17 @@ impl EngineRunner {
     }
 }
 
-/// Times a token model's one-row step against one of `rows` rows, the fastest of three each after a warm-up, on KV
-/// pages no lane holds yet (a lane writes every position it reads).
+/// Times a token model's steps of one row and of `TIMED_WIDTHS` times `rows` rows, the fastest of three each after a
+/// warm-up, on KV pages no lane holds yet (a lane writes every position it reads).
 fn measure_step_cost(slot: &mut ModelSlot, rows: usize) -> StepCost {
-    let ModelSlot::Tokens { engine, pool, .. } = slot else { return StepCost::UNKNOWN };
-    let pages: Vec<u32> = (0..rows.div_ceil(pool.layout().page_tokens) as u32).collect();
+    let ModelSlot::Tokens { engine, pool, .. } = slot else { return StepCost::unknown() };
+    let widest = rows * TIMED_WIDTHS[TIMED_WIDTHS.len() - 1];
+    let pages: Vec<u32> = (0..widest.div_ceil(pool.layout().page_tokens) as u32).collect();
     if rows < 2 || pages.len() > pool.num_pages() {
-        return StepCost::UNKNOWN;
+        return StepCost::unknown();
     }
-    let tokens = vec![1u32.min(engine.vocab_size() as u32 - 1); rows];
-    let mut time = |n: usize| -> Result<f64, EngineError> {
+    let tokens = vec![1u32.min(engine.vocab_size() as u32 - 1); widest];
+    let mut time = |n: usize| -> Result<(usize, f64), EngineError> {
         let logits = if n == 1 { Logits::Argmax } else { Logits::Picks };
         let step = LaneStep { tokens: &tokens[..n], start_pos: 0, pages: &pages, logits, keep: None };
         let mut best = f64::INFINITY;
@@ -101,17 +102,18 @@ fn measure_step_cost(slot: &mut ModelSlot, rows: usize) -> StepCost {
             engine.forward(pool, std::slice::from_ref(&step))?;
             best = if i == 0 { best } else { best.min(started.elapsed().as_secs_f64()) };
         }
-        Ok(best)
+        Ok((n, best))
     };
-    match time(1).and_then(|one| Ok((one, time(rows)?))) {
-        Ok((one, many)) => {
-            let cost = StepCost::from_times(one, many, rows);
-            tracing::info!(one_row_us = (one * 1e6) as u64, rows, many_us = (many * 1e6) as u64, "step cost");
-            cost
+    let widths = std::iter::once(1).chain(TIMED_WIDTHS.iter().map(|w| w * rows));
+    match widths.map(&mut time).collect::<Result<Vec<_>, _>>() {
+        Ok(points) => {
+            let micros: Vec<(usize, u64)> = points.iter().map(|&(n, s)| (n, (s * 1e6) as u64)).collect();
+            tracing::info!(?micros, "step cost (rows, us)");
+            StepCost::from_points(points)
         }
         Err(e) => {
             tracing::warn!(error = %e, "timing a step failed; drafting assumes rows are free");
-            StepCost::UNKNOWN
+            StepCost::unknown()
         }
     }
 }
