@@ -91,7 +91,7 @@ impl Drafter {
 
     /// How many tokens (at most `most`) the lane drafts this round, 0 for none: the length that gives the round the
     /// most expected tokens a second, where the round has `lanes` decoding lanes in `rows` rows so far. Where no
-    /// length pays, one token, as a probe of whether the text repeats now; failed probes wait longer each time.
+    /// length pays but a kept token would, one token, as a probe of whether the text repeats now.
     pub fn length(&mut self, most: usize, lanes: usize, rows: usize, cost: &StepCost) -> usize {
         if most == 0 || !self.ready() {
             return 0;
@@ -107,8 +107,11 @@ impl Drafter {
                 (best, best_rate) = (d, rate);
             }
         }
-        // A failed probe backs off in `settle`, so a lane whose text never repeats pays one row in `max_wait` rounds.
-        best.max(1)
+        if best > 0 {
+            return best;
+        }
+        // A probe tells whether the text repeats now, where a kept token would pay; failed probes back off in `settle`.
+        usize::from(cost.rate(lanes + 1.0, rows + 1) > cost.rate(lanes, rows))
     }
 
     fn back_off(&mut self, max_wait: u32) {
@@ -176,14 +179,14 @@ mod tests {
 
     /// A CPU's steps: rows cheap while the weights' reads bound the step, then each row costs its compute.
     fn cpu() -> StepCost {
-        StepCost::from_points(vec![(1, 1.0), (4, 1.5), (8, 4.0), (16, 7.0)])
+        StepCost::from_points(vec![(1, 1.0), (4, 2.0), (8, 4.0), (16, 8.8)])
     }
 
     #[test]
     fn test_step_cost_follows_the_timed_points_and_extends_the_last_slope() {
         let c = cpu();
-        assert_eq!((c.seconds(1), c.seconds(4), c.seconds(6)), (1.0, 1.5, 2.75));
-        assert_eq!(c.seconds(20), 8.5);
+        assert_eq!((c.seconds(1), c.seconds(4), c.seconds(6)), (1.0, 2.0, 3.0));
+        assert!((c.seconds(20) - 11.2).abs() < 1e-9, "{}", c.seconds(20));
         let odd = StepCost::from_points(vec![(4, 0.9), (1, 1.0)]);
         assert_eq!((odd.seconds(1), odd.seconds(4)), (1.0, 1.0), "a time that falls with more rows is raised");
         assert_eq!(StepCost::unknown().seconds(50), 1.0);
@@ -219,6 +222,13 @@ mod tests {
         let gpu = StepCost::from_points(vec![(1, 1.0), (13, 1.02), (26, 1.05)]);
         let (_, lengths) = drafted_rows(8, 40, &gpu);
         assert!(lengths[10..].iter().all(|&n| n == 8), "where rows are nearly free, the most: {lengths:?}");
+    }
+
+    #[test]
+    fn test_a_lane_drafts_nothing_where_even_a_kept_token_would_not_pay() {
+        let mut d = Drafter { kept: 9.0, ..Default::default() };
+        assert_eq!(d.length(8, 8, 8, &cpu()), 0, "eight lanes on the CPU: a ninth row costs more than it gives");
+        assert_eq!(d.length(8, 1, 1, &cpu()), 3);
     }
 
     #[test]
