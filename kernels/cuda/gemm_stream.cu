@@ -1,0 +1,270 @@
+// Decode rounds (M = 1..64) of the exact family: weights stream once through a TMA-fed shared-memory ring, mma.sync sums them in gemm_ref.cu's order.
+// No split-K (one accumulator per output, k16 steps ascending over all of K), so a row's bits never depend on M or on the other rows.
+// Persistent: block b owns a contiguous run of 8-row weight tiles, so each weight byte is read once and every SM streams the same amount.
+// A stage is a few 64-k chunks; each chunk is one TMA box of all of a pass's weight rows (up to 256) and one box of A,
+// so a block issues two copies a chunk however many tiles it owns (many small boxes bound the copy rate).
+// TMA's 128-byte swizzle puts the 8 rows of every ldmatrix in 8 distinct bank groups while the k order stays natural.
+
+#if __CUDA_ARCH__ >= 900
+
+// A CUtensorMap: 128 opaque bytes encoded on the host (cuTensorMapEncodeTiled), a __grid_constant__ parameter.
+struct alignas(64) GsMap {
+    unsigned long long data[16];
+};
+
+#define GS_WARPS 8
+#define GS_THREADS (32 * (GS_WARPS + 1))
+// Tiles a warp holds at once: their accumulator chains interleave, so the mma latency hides behind the other chains.
+#define GS_TPW 4
+// A wait longer than this (ns) traps, so a broken pipeline fails the launch instead of hanging the bench.
+#ifndef GS_WATCHDOG_NS
+#define GS_WATCHDOG_NS 2000000000ull
+#endif
+
+__device__ __forceinline__ u32 gs_shared(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ bool gs_try(u32 bar, u32 parity) {
+    u32 ok;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(ok)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return ok != 0;
+}
+
+// The timer is read only once the first try fails, so a ready stage costs one instruction.
+__device__ __forceinline__ void gs_wait(u32 bar, u32 parity) {
+    if (gs_try(bar, parity)) return;
+    u64 t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t0));
+    while (!gs_try(bar, parity)) {
+        asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+        if (GS_WATCHDOG_NS && t - t0 > GS_WATCHDOG_NS) asm volatile("trap;\n");
+    }
+}
+
+__device__ __forceinline__ void gs_load(u32 dst, const GsMap* map, u32 bar, int col, int row) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+        ::"r"(dst), "l"((u64)map), "r"(col), "r"(row), "r"(bar)
+        : "memory");
+}
+
+__device__ __forceinline__ void gs_ldmatrix4(u32* r, u32 at) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at));
+}
+
+__device__ __forceinline__ void gs_mma(float* d, const u32* a, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Where 16-byte chunk `chunk` of row `row` of a 128-byte-swizzled box starting 1024-aligned at `box` lies.
+__device__ __forceinline__ u32 gs_swizzled(u32 box, int row, int chunk) {
+    return box + row * 128 + ((chunk ^ (row & 7)) << 4);
+}
+
+// How a block walks its tiles: passes of at most `pt` tiles (the weight box is 8 pt rows), each over all of K in
+// stages of `kc` chunks of 64 k. A stage holds kc A boxes (16 MT rows each), then kc weight boxes (8 pt rows each).
+struct GsPlan {
+    int t0, cnt, passes, kst, kbs, kc;
+    u32 abytes, wbytes, stage_bytes;
+    // First tile of pass p: the block's tiles split evenly, so no pass exceeds pt tiles.
+    __device__ __forceinline__ int first(int p) const { return t0 + (int)((long long)p * cnt / passes); }
+};
+
+template <int MT>
+__device__ __forceinline__ GsPlan gs_plan(int n, int k, int kc, int pt) {
+    GsPlan P;
+    const int tiles = (n + 7) / 8;
+    P.t0 = (int)((long long)blockIdx.x * tiles / gridDim.x);
+    P.cnt = (int)((long long)(blockIdx.x + 1) * tiles / gridDim.x) - P.t0;
+    P.passes = (P.cnt + pt - 1) / pt;
+    P.kbs = k / 64;
+    P.kc = kc;
+    P.kst = (P.kbs + kc - 1) / kc;
+    P.abytes = MT * 16 * 128;
+    P.wbytes = pt * 8 * 128;
+    P.stage_bytes = kc * (P.abytes + P.wbytes);
+    return P;
+}
+
+// One half-chunk (32 k, two k16 steps) of fragments for a warp: B of each of its tiles, A of both steps.
+template <int MT>
+struct GsFrags {
+    u32 b[GS_TPW][4];
+    u32 a[2][MT][4];
+};
+
+// Half h of the stage: chunk h / 2, k16 steps 2 (h % 2) and 2 (h % 2) + 1. Lane l addresses row l % 8 of matrix
+// l / 8: B's matrices are 16-byte chunks 4 (h % 2) + 0..3 of the tile's 8 rows (b0, b1 of the first step, then the
+// second); A's are rows 0-7 and 8-15 of chunk 2 step, then the same rows of chunk 2 step + 1 (mma.sync's a0..a3).
+template <int MT>
+__device__ __forceinline__ void gs_fetch(GsFrags<MT>& f, const GsPlan& P, u32 stage, int h, int g, int warp, int lr, int li) {
+    const int j = h >> 1, p = h & 1;
+    const u32 wbox = stage + P.kc * P.abytes + j * P.wbytes;
+#pragma unroll
+    for (int i = 0; i < GS_TPW; ++i)
+        if (warp + i * GS_WARPS < g) gs_ldmatrix4(f.b[i], gs_swizzled(wbox + (warp + i * GS_WARPS) * 1024, lr, 4 * p + li));
+    const u32 abox = stage + j * P.abytes;
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+#pragma unroll
+        for (int t = 0; t < MT; ++t)
+            gs_ldmatrix4(f.a[s][t], gs_swizzled(abox, t * 16 + (li & 1) * 8 + lr, 2 * (2 * p + s) + (li >> 1)));
+}
+
+// The half's two k16 steps in ascending order on every accumulator of the warp; the tiles' chains interleave.
+template <int MT>
+__device__ __forceinline__ void gs_steps(float (*acc)[MT][4], const GsFrags<MT>& f, int g, int warp) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+#pragma unroll
+        for (int i = 0; i < GS_TPW; ++i)
+            if (warp + i * GS_WARPS < g) {
+#pragma unroll
+                for (int t = 0; t < MT; ++t) gs_mma(acc[i][t], f.a[s][t], f.b[i][2 * s], f.b[i][2 * s + 1]);
+            }
+}
+
+// Stage s of the block's walk: its pass, first chunk, chunks, ring slot.
+struct GsStage {
+    int pass, j0, nj, slot;
+};
+
+__device__ __forceinline__ GsStage gs_stage(const GsPlan& P, int s, int slots) {
+    GsStage S;
+    S.pass = s / P.kst;
+    S.j0 = (s - S.pass * P.kst) * P.kc;
+    S.nj = min(P.kc, P.kbs - S.j0);
+    S.slot = s % slots;
+    return S;
+}
+
+// The weight boxes of stage s, announcing the whole stage's bytes (A's too): rows past N arrive zero-filled and count.
+__device__ __forceinline__ void gs_issue_w(const GsPlan& P, const GsMap* map_w, u32 base, u32 full, int s, int slots) {
+    const GsStage S = gs_stage(P, s, slots);
+    const u32 stage = base + S.slot * P.stage_bytes, bar = full + 8 * S.slot;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(S.nj * (P.abytes + P.wbytes))
+                 : "memory");
+    const int row0 = P.first(S.pass) * 8;
+    for (int j = 0; j < S.nj; ++j) gs_load(stage + P.kc * P.abytes + j * P.wbytes, map_w, bar, (S.j0 + j) * 64, row0);
+}
+
+__device__ __forceinline__ void gs_issue_a(const GsPlan& P, const GsMap* map_a, u32 base, u32 full, int s, int slots) {
+    const GsStage S = gs_stage(P, s, slots);
+    const u32 stage = base + S.slot * P.stage_bytes, bar = full + 8 * S.slot;
+    for (int j = 0; j < S.nj; ++j) gs_load(stage + j * P.abytes, map_a, bar, (S.j0 + j) * 64, 0);
+}
+
+// MT tiles of 16 rows of A (M <= 16 MT); `slots` stages of `kc` chunks in the ring and passes of at most `pt` tiles,
+// as the host sized the shared memory and the weight map's box (8 pt rows, pt <= GS_WARPS GS_TPW); DB: the next
+// half's fragments load while this half's mma chains run (where two halves fit the register budget).
+template <int MT, bool DB>
+__device__ __forceinline__ void gemm_stream(const GsMap& map_a, const GsMap& map_w, const float* __restrict__ bias,
+                                            float* __restrict__ c, int m, int n, int k, int slots, int kc, int pt) {
+    extern __shared__ __align__(1024) unsigned char gs_smem_raw[];
+    const GsPlan P = gs_plan<MT>(n, k, kc, pt);
+    // The swizzle pattern follows address bits, so stages start 1024-aligned (the host adds 1024 bytes of room).
+    const u32 base = (gs_shared(gs_smem_raw) + 1023) & ~1023u;
+    const u32 full = base + slots * P.stage_bytes, empty = full + 8 * slots;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int total = P.passes * P.kst;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < slots; ++s) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(full + 8 * s) : "memory");
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(empty + 8 * s), "r"(GS_WARPS) : "memory");
+        }
+        // The TMA unit (async proxy) must see the initialised barriers.
+        asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (warp == GS_WARPS) {
+        if (lane != 0) return;
+        asm volatile("prefetch.tensormap [%0];\nprefetch.tensormap [%1];\n" ::"l"((u64)&map_a), "l"((u64)&map_w) : "memory");
+        // Weights never come from the previous kernel: the first ring's worth streams in before waiting for it.
+        const int pre = min(slots, total);
+        for (int s = 0; s < pre; ++s) gs_issue_w(P, &map_w, base, full, s, slots);
+        wait_prior();
+        start_next();
+        for (int s = 0; s < pre; ++s) gs_issue_a(P, &map_a, base, full, s, slots);
+        for (int s = pre; s < total; ++s) {
+            // Reuse a slot only once every consumer warp has released its previous stage.
+            gs_wait(empty + 8 * (s % slots), ((s / slots) + 1) & 1);
+            gs_issue_w(P, &map_w, base, full, s, slots);
+            gs_issue_a(P, &map_a, base, full, s, slots);
+        }
+        return;
+    }
+    // C may still be read by the previous kernel.
+    wait_prior();
+    start_next();
+    const int gq = lane >> 2, q = lane & 3, lr = lane & 7, li = lane >> 3;
+    int s = 0;
+    for (int pass = 0; pass < P.passes; ++pass) {
+        const int f0t = P.first(pass), g = P.first(pass + 1) - f0t;
+        float acc[GS_TPW][MT][4];
+#pragma unroll
+        for (int i = 0; i < GS_TPW; ++i)
+#pragma unroll
+            for (int t = 0; t < MT; ++t)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][t][e] = 0.0f;
+        for (int js = 0; js < P.kst; ++js, ++s) {
+            const int slot = s % slots, halves = 2 * min(P.kc, P.kbs - js * P.kc);
+            // Idle warps wait too: each warp's releases stay in stage order, one per barrier phase.
+            gs_wait(full + 8 * slot, (s / slots) & 1);
+            const u32 stage = base + slot * P.stage_bytes;
+            if (warp < g && DB) {
+                GsFrags<MT> fa, fb;
+                gs_fetch<MT>(fa, P, stage, 0, g, warp, lr, li);
+                for (int h = 0; h < halves; h += 2) {
+                    gs_fetch<MT>(fb, P, stage, h + 1, g, warp, lr, li);
+                    gs_steps<MT>(acc, fa, g, warp);
+                    if (h + 2 < halves) gs_fetch<MT>(fa, P, stage, h + 2, g, warp, lr, li);
+                    gs_steps<MT>(acc, fb, g, warp);
+                }
+            } else if (warp < g) {
+                // One half at a time: the other warps' mma fill the wait for its fragments.
+                for (int h = 0; h < halves; ++h) {
+                    GsFrags<MT> fa;
+                    gs_fetch<MT>(fa, P, stage, h, g, warp, lr, li);
+                    gs_steps<MT>(acc, fa, g, warp);
+                }
+            }
+            __syncwarp();
+            if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(empty + 8 * slot) : "memory");
+        }
+        // acc[i][t][e] is row 16 t + gq + 8 (e / 2), column 2 q + e % 2 of the warp's tile i.
+#pragma unroll
+        for (int i = 0; i < GS_TPW; ++i) {
+            if (warp + i * GS_WARPS >= g) continue;
+            const int col0 = (f0t + warp + i * GS_WARPS) * 8 + 2 * q;
+#pragma unroll
+            for (int t = 0; t < MT; ++t)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int row = 16 * t + gq + 8 * (e >> 1), col = col0 + (e & 1);
+                    if (row < m && col < n) c[(u64)row * n + col] = bias ? acc[i][t][e] + bias[col] : acc[i][t][e];
+                }
+        }
+    }
+}
+
+#define GS_PARAMS const __grid_constant__ GsMap map_a, const __grid_constant__ GsMap map_w, const float* bias, float* c, int m, int n, int k, int slots, int kc, int pt
+#define GS_ARGS map_a, map_w, bias, c, m, n, k, slots, kc, pt
+// Nine warps leave one SM sub-partition three, so a block may use at most 168 registers a thread.
+extern "C" __global__ void __launch_bounds__(GS_THREADS, 1) gemm_stream_m16(GS_PARAMS) { gemm_stream<1, true>(GS_ARGS); }
+extern "C" __global__ void __launch_bounds__(GS_THREADS, 1) gemm_stream_m32(GS_PARAMS) { gemm_stream<2, true>(GS_ARGS); }
+extern "C" __global__ void __launch_bounds__(GS_THREADS, 1) gemm_stream_m48(GS_PARAMS) { gemm_stream<3, false>(GS_ARGS); }
+extern "C" __global__ void __launch_bounds__(GS_THREADS, 1) gemm_stream_m64(GS_PARAMS) { gemm_stream<4, false>(GS_ARGS); }
+// Two blocks an SM (at most 96 registers a thread): each streams half the rows with half the shared memory.
+extern "C" __global__ void __launch_bounds__(GS_THREADS, 2) gemm_stream_m16_x2(GS_PARAMS) { gemm_stream<1, true>(GS_ARGS); }
+extern "C" __global__ void __launch_bounds__(GS_THREADS, 2) gemm_stream_m32_x2(GS_PARAMS) { gemm_stream<2, false>(GS_ARGS); }
+
+#endif

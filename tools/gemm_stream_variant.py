@@ -1,0 +1,117 @@
+"""Variants of kernels/cuda/gemm_stream.cu (decode, M = 1..64: TMA weight ring + mma.sync) for tools/gemm_bench.py.
+
+Every variant computes C = A W^T in the reference's order (one f32 accumulator from +0, k16 steps ascending, no
+split-K); they differ only in the weight bytes a stage holds and in blocks per SM, so one run picks the best.
+
+Launch (plan below): grid = min(SMs * per_sm, T) blocks for T = ceil(N / 8) 8-row tiles (block b owns tiles
+[b T / grid, (b + 1) T / grid), walked in passes of at most pt <= 32 tiles), 288 threads (8 consumer warps of up to
+4 tiles each and a producer warp), dynamic shared memory 1024 + slots * (kc * (32 MT + 16 pt) * 64 + 16). A stage
+is kc chunks of 64 k: one A box of 16 MT rows and one weight box of 8 pt rows (the weight map's box) per chunk.
+Kernels by M: gemm_stream_m16 / _m32 / _m48 / _m64 (A tiles of 16 MT rows, MT = 1..4); two blocks an SM use
+gemm_stream_m16_x2 / _m32_x2, whose register budget stops at 32 rows.
+"""
+
+import torch
+
+from gemm_cuda import Variant
+
+SOURCE = "kernels/cuda/gemm_stream.cu"
+THREADS = 288
+# GS_WARPS * GS_TPW in the .cu file: tiles a pass holds, so the weight box stays within TMA's 256 rows.
+PASS_TILES = 32
+# Shared memory a block may have with one block an SM, and with two (228 KB an SM, 1 KB of it reserved a block).
+MAX_SMEM = {1: 232448, 2: 115712}
+MAX_SLOTS = 16
+MAX_KC = 16
+KERNELS = {
+    1: {16: "gemm_stream_m16", 32: "gemm_stream_m32", 48: "gemm_stream_m48", 64: "gemm_stream_m64"},
+    2: {16: "gemm_stream_m16_x2", 32: "gemm_stream_m32_x2"},
+}
+
+_maps = {}
+_sms = {}
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def plan(m, n, k, sms, per_sm=1, stage_bytes=32 << 10, min_slots=4):
+    """(kernel, A box rows, grid, pt, kc, slots, shared memory) of a launch: stages aim at stage_bytes of weights,
+    fewer where that would leave under min_slots stages in the ring."""
+    rows = next(r for r in sorted(KERNELS[per_sm]) if m <= r)
+    mt = rows // 16
+    tiles = cdiv(n, 8)
+    grid = min(sms * per_sm, tiles)
+    most = cdiv(tiles, grid)
+    # Passes of equal size, each one weight box a chunk.
+    pt = cdiv(most, cdiv(most, PASS_TILES))
+    w_chunk, a_chunk = pt * 1024, mt * 2048
+    kc = max(1, min(k // 64, MAX_KC, round(stage_bytes / w_chunk)))
+    budget = MAX_SMEM[per_sm] - 1024
+    # A stage's A boxes (16 MT rows a chunk) can outweigh a few weight rows: the ring keeps enough stages in flight.
+    while kc > 1 and budget // (kc * (w_chunk + a_chunk) + 16) < min_slots:
+        kc -= 1
+    slots = min(MAX_SLOTS, budget // (kc * (w_chunk + a_chunk) + 16))
+    assert slots >= 2, "gemm_stream: two stages do not fit"
+    smem = 1024 + slots * (kc * (w_chunk + a_chunk) + 16)
+    return KERNELS[per_sm][rows], rows, grid, pt, kc, slots, smem
+
+
+def _map(cuda, t, rows, cols, box_rows):
+    # A map holds only address, shape and box: one per (pointer, shape, box) serves every later call.
+    key = (t.data_ptr(), rows, cols, box_rows)
+    found = _maps.get(key)
+    if found is None:
+        found = cuda.tensor_map_2d(t.data_ptr(), rows, cols, box_rows, 64, 128)
+        _maps[key] = found
+    return found
+
+
+def _sm_count(device):
+    if device not in _sms:
+        _sms[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _sms[device]
+
+
+def launch(cuda, a, w, bias, c, m, n, k, per_sm=1, stage_bytes=32 << 10, min_slots=4):
+    """C (f32 [m, n]) = A W^T (+ bias) for 1 <= m <= 64 (32 with two blocks an SM)."""
+    assert 1 <= m <= max(KERNELS[per_sm]) and k % 64 == 0, "gemm_stream: M within the kernels', K a multiple of 64"
+    assert a.is_contiguous() and w.is_contiguous() and c.is_contiguous()
+    kernel, rows, grid, pt, kc, slots, smem = plan(m, n, k, _sm_count(a.device), per_sm, stage_bytes, min_slots)
+    args = [
+        ("map", _map(cuda, a, m, k, rows)),
+        ("map", _map(cuda, w, n, k, 8 * pt)),
+        ("ptr", 0 if bias is None else bias.data_ptr()),
+        ("ptr", c.data_ptr()),
+        ("i32", m),
+        ("i32", n),
+        ("i32", k),
+        ("i32", slots),
+        ("i32", kc),
+        ("i32", pt),
+    ]
+    cuda.launch(kernel, (grid, 1, 1), (THREADS, 1, 1), smem, args)
+
+
+def _setup(cuda):
+    for per_sm, kernels in KERNELS.items():
+        for kernel in kernels.values():
+            cuda.set_smem(kernel, MAX_SMEM[per_sm])
+
+
+def _variant(name, stage_kb, per_sm=1, min_slots=4):
+    def run(cuda, a, w, c, m, n, k):
+        launch(cuda, a, w, None, c, m, n, k, per_sm=per_sm, stage_bytes=stage_kb << 10, min_slots=min_slots)
+
+    return Variant(name=name, sources=[SOURCE], min_m=1, max_m=max(KERNELS[per_sm]), run=run, setup=_setup)
+
+
+VARIANTS = [
+    _variant("stream_s16", 16),
+    _variant("stream_s32", 32),
+    # Longer runs of each weight row a stage (fewer, larger DRAM bursts), fewer stages in the ring.
+    _variant("stream_s64", 64, min_slots=3),
+    # Two blocks an SM: half the tiles a block, so the small shapes (o, down) split finer.
+    _variant("stream_2x_s16", 16, per_sm=2, min_slots=3),
+]
