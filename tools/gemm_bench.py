@@ -21,7 +21,7 @@ import traceback
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gemm_cuda import ENGINE_SOURCES, REPO, Cuda, CudaError, Variant  # noqa: E402
+from gemm_cuda import REPO, Cuda, CudaError, Variant  # noqa: E402
 
 REF_SOURCE = "kernels/cuda/gemm_ref.cu"
 VARIANT_MODULES = ["tools/gemm_tma_variant.py", "tools/gemm_stream_variant.py"]

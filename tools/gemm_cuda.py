@@ -264,3 +264,27 @@ class Cuda:
             estrides, 0, SWIZZLE[swizzle_bytes], CU_TENSOR_MAP_L2_PROMOTION_L2_256B, 0)
         self._check(rc, f"cuTensorMapEncodeTiled({rows}x{cols}, box {box_rows}x{box_cols}, swizzle {swizzle_bytes})")
         return bytes(out)
+
+
+_maps = {}
+_sms = {}
+
+
+def swizzled_map(cuda, t, rows, cols, box_rows):
+    """The 128-byte-swizzled tensor map of a row-major bf16 tensor, boxes of box_rows x 64; one per (pointer, shape,
+    box), as a map holds only those and serves every later call."""
+    key = (t.data_ptr(), rows, cols, box_rows)
+    found = _maps.get(key)
+    if found is None:
+        found = cuda.tensor_map_2d(t.data_ptr(), rows, cols, box_rows, 64, 128)
+        _maps[key] = found
+    return found
+
+
+def sm_count(device):
+    """The device's multiprocessor count, asked of torch once."""
+    import torch
+
+    if device not in _sms:
+        _sms[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _sms[device]

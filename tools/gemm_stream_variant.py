@@ -11,9 +11,8 @@ Kernels by M: gemm_stream_m16 / _m32 / _m48 / _m64 (A tiles of 16 MT rows, MT = 
 gemm_stream_m16_x2 / _m32_x2, whose register budget stops at 32 rows.
 """
 
-import torch
 
-from gemm_cuda import Variant
+from gemm_cuda import Variant, sm_count, swizzled_map
 
 SOURCE = "kernels/cuda/gemm_stream.cu"
 THREADS = 288
@@ -27,9 +26,6 @@ KERNELS = {
     1: {16: "gemm_stream_m16", 32: "gemm_stream_m32", 48: "gemm_stream_m48", 64: "gemm_stream_m64"},
     2: {16: "gemm_stream_m16_x2", 32: "gemm_stream_m32_x2"},
 }
-
-_maps = {}
-_sms = {}
 
 
 def cdiv(a, b):
@@ -58,30 +54,14 @@ def plan(m, n, k, sms, per_sm=1, stage_bytes=32 << 10, min_slots=4):
     return KERNELS[per_sm][rows], rows, grid, pt, kc, slots, smem
 
 
-def _map(cuda, t, rows, cols, box_rows):
-    # A map holds only address, shape and box: one per (pointer, shape, box) serves every later call.
-    key = (t.data_ptr(), rows, cols, box_rows)
-    found = _maps.get(key)
-    if found is None:
-        found = cuda.tensor_map_2d(t.data_ptr(), rows, cols, box_rows, 64, 128)
-        _maps[key] = found
-    return found
-
-
-def _sm_count(device):
-    if device not in _sms:
-        _sms[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    return _sms[device]
-
-
 def launch(cuda, a, w, bias, c, m, n, k, per_sm=1, stage_bytes=32 << 10, min_slots=4):
     """C (f32 [m, n]) = A W^T (+ bias) for 1 <= m <= 64 (32 with two blocks an SM)."""
     assert 1 <= m <= max(KERNELS[per_sm]) and k % 64 == 0, "gemm_stream: M within the kernels', K a multiple of 64"
     assert a.is_contiguous() and w.is_contiguous() and c.is_contiguous()
-    kernel, rows, grid, pt, kc, slots, smem = plan(m, n, k, _sm_count(a.device), per_sm, stage_bytes, min_slots)
+    kernel, rows, grid, pt, kc, slots, smem = plan(m, n, k, sm_count(a.device), per_sm, stage_bytes, min_slots)
     args = [
-        ("map", _map(cuda, a, m, k, rows)),
-        ("map", _map(cuda, w, n, k, 8 * pt)),
+        ("map", swizzled_map(cuda, a, m, k, rows)),
+        ("map", swizzled_map(cuda, w, n, k, 8 * pt)),
         ("ptr", 0 if bias is None else bias.data_ptr()),
         ("ptr", c.data_ptr()),
         ("i32", m),

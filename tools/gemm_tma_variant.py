@@ -12,9 +12,8 @@ gate and up tiles (N a multiple of 16), act is bf16 [m, n // 2], act[r][j] = sil
 bench checks it against the reference's C passed through silu_mul on the host.
 """
 
-import torch
 
-from gemm_cuda import Variant
+from gemm_cuda import Variant, sm_count, swizzled_map
 
 SOURCE = "kernels/cuda/gemm_tma.cu"
 THREADS = 384
@@ -48,26 +47,6 @@ def smem_bytes(kernel):
     return 1024 + stages * ((bm + bn) * 128 + 16)
 
 
-_maps = {}
-_sms = {}
-
-
-def _map(cuda, t, rows, cols, box_rows):
-    # The map holds only the address, shape and box: one per (pointer, shape, box) serves every later call.
-    key = (t.data_ptr(), rows, cols, box_rows)
-    found = _maps.get(key)
-    if found is None:
-        found = cuda.tensor_map_2d(t.data_ptr(), rows, cols, box_rows, 64, 128)
-        _maps[key] = found
-    return found
-
-
-def _sm_count(device):
-    if device not in _sms:
-        _sms[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    return _sms[device]
-
-
 def launch(cuda, kernel, a, w, bias, c, act, m, n, k, group_rows=GROUP_ROWS, ctas=None):
     """One launch of `kernel`: C (f32 [m, n]) when act is None, else the SwiGLU act (bf16 [m, n // 2]).
 
@@ -82,14 +61,14 @@ def launch(cuda, kernel, a, w, bias, c, act, m, n, k, group_rows=GROUP_ROWS, cta
     mu = ((m + bm - 1) // bm + cm - 1) // cm
     nu = ((n + bn - 1) // bn + cn - 1) // cn
     units = mu * nu
-    sms = _sm_count(a.device)
+    sms = sm_count(a.device)
     grid = min(sms // cluster, units) * cluster
     if ctas is not None:
         grid = min(grid, ctas // cluster * cluster)
     group = max(1, min(mu, group_rows // (bm * cm)))
     args = [
-        ("map", _map(cuda, a, m, k, bm // cn)),
-        ("map", _map(cuda, w, n, k, bn // cm)),
+        ("map", swizzled_map(cuda, a, m, k, bm // cn)),
+        ("map", swizzled_map(cuda, w, n, k, bn // cm)),
         ("ptr", 0 if bias is None else bias.data_ptr()),
         ("ptr", 0 if c is None else c.data_ptr()),
         ("ptr", 0 if act is None else act.data_ptr()),
