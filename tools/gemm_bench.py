@@ -3,8 +3,8 @@
     python3 tools/gemm_bench.py --out DIR [--quick] [--only REGEX] [--skip REGEX] [--shapes REGEX]
 
 Times C = A W^T for the Llama-3.1-8B and Orpheus-3B projection shapes at several M; checks that every variant of
-the new family (tools/gemm_tma_variant.py, tools/gemm_stream_variant.py) gives the reference's bits (gemm_ref.cu)
-and that each row's bits do not depend on M. Writes DIR/gemm_bench.json and DIR/gemm_bench.md; exits 1 when a
+the new family (tools/gemm_tma_variant.py, tools/gemm_stream_variant.py) gives the reference's bits (gemm_ref.cu,
+with K in the shape's gemm_cuda.segments(N, K) segments) and that each row's bits do not depend on M. Writes DIR/gemm_bench.json and DIR/gemm_bench.md; exits 1 when a
 check fails, 2 when the CUDA context dies mid-run (the partial results are written first).
 """
 
@@ -21,7 +21,7 @@ import traceback
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gemm_cuda import REPO, Cuda, CudaError, Variant  # noqa: E402
+from gemm_cuda import REPO, Cuda, CudaError, Variant, scratch, segments  # noqa: E402
 
 REF_SOURCE = "kernels/cuda/gemm_ref.cu"
 VARIANT_MODULES = ["tools/gemm_tma_variant.py", "tools/gemm_stream_variant.py"]
@@ -117,9 +117,9 @@ def engine_run(cuda, a, wp, c, m, n, k, seg):
     cuda.launch(name, grid, (threads, 1, 1), smem, args)
 
 
-def ref_run(cuda, a, w, c, m, n, k, bias=None):
+def ref_run(cuda, a, w, c, m, n, k, segs, bias=None):
     args = [("ptr", a.data_ptr()), ("ptr", w.data_ptr()), ("ptr", 0 if bias is None else bias.data_ptr())]
-    args += [("ptr", c.data_ptr()), ("i32", m), ("i32", n), ("i32", k)]
+    args += [("ptr", c.data_ptr()), ("i32", m), ("i32", n), ("i32", k), ("i32", segs)]
     cuda.launch("gemm_ref", (cdiv(cdiv(m, 16) * cdiv(n, 8), 4), 1, 1), (128, 1, 1), 0, args)
 
 
@@ -192,6 +192,14 @@ def setup_variants(cuda, modules, errors):
                 print(f"[setup] {v.name} left out: {e!r}")
                 errors.append({"variant": v.name, "error": repr(e)})
     return variants
+
+
+def for_shape(variants, n, k):
+    """The variants with a kernel for the shape's segments, and the decode kernel's workspace reserved for it (64
+    rows at most), so no allocation happens inside a graph capture."""
+    if segments(n, k) > 1:
+        scratch(torch.device("cuda", torch.cuda.current_device()), segments(n, k) * 64 * n)
+    return [v for v in variants if v.fits is None or v.fits(n, k)]
 
 
 class ContextLost(Exception):
@@ -324,11 +332,13 @@ def check_shape(cuda, variants, modules, index, shape, n, k, check_ms, checks):
     """Bitwise checks of every variant against the reference on one shape."""
     top = max(check_ms)
     a_full, w = make_inputs(index, n, k, top)
+    segs, variants = segments(n, k), for_shape(variants, n, k)
+    print(f"  {shape}: K in {segs} segment(s); {len(variants)} variants fit")
 
     def run(v, a):
         m = a.shape[0]
         c = torch.full((m, n), float("nan"), device="cuda")
-        v.run(cuda, a, w, c, m, n, k)
+        v.run(cuda, a, w, c, m, n, k, segs)
         return c
 
     def rows_of(v):
@@ -406,6 +416,7 @@ def time_shape(cuda, variants, index, shape, n, k, time_ms, baseline, results, c
     a_full, w = make_inputs(index, n, k, max(time_ms))
     wp = engine_pack(cuda, w, n, k) if baseline else None
     seg = choose_segments(n, k)
+    segs, variants = segments(n, k), for_shape(variants, n, k)
     for m in time_ms:
         a = a_full[:m]
         c = torch.empty(m, n, device="cuda")
@@ -430,7 +441,7 @@ def time_shape(cuda, variants, index, shape, n, k, time_ms, baseline, results, c
             if v is REF_VARIANT and m > REF_TIME_MAX_M:
                 continue
             try:
-                us = time_us(lambda: v.run(cuda, a, w, c, m, n, k))
+                us = time_us(lambda: v.run(cuda, a, w, c, m, n, k, segs))
                 record(results, shape, n, k, m, v.name, us, 4, cublas.get((shape, m)), copy_gbs)
             except Exception as e:
                 if not alive():

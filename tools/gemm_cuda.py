@@ -32,8 +32,24 @@ class Variant:
     sources: list  # extra .cu files (repo-relative), compiled with the engine's GEMM sources
     min_m: int
     max_m: int
-    run: Callable  # run(cuda, a, w, c, m, n, k) on torch's current stream
+    run: Callable  # run(cuda, a, w, c, m, n, k, segs) on torch's current stream, segs = segments(n, k)
     setup: Optional[Callable] = None  # setup(cuda) once after the compile
+    fits: Optional[Callable] = None  # fits(n, k): whether the variant has a kernel for the shape's segments
+
+
+# Weight rows (8 a tile) times segments that the decode kernel wants in flight: about 16 tile segments an SM.
+SEGMENT_ROWS = 16384
+# Shortest K segment: 384 k keep a segment's chain several stages long.
+MIN_SEGMENT_K = 384
+
+
+def segments(n, k):
+    """The family's K split of an N x K weight, fixed per shape (never by M): the smallest power of two S with
+    N S >= SEGMENT_ROWS, halving K only while K / S stays a multiple of 64 and at least MIN_SEGMENT_K."""
+    s = 1
+    while n * s < SEGMENT_ROWS and (k // (2 * s)) % 64 == 0 and k // (2 * s) >= MIN_SEGMENT_K and k % (2 * s) == 0:
+        s *= 2
+    return s
 
 
 class CudaError(RuntimeError):
@@ -288,3 +304,20 @@ def sm_count(device):
     if device not in _sms:
         _sms[device] = torch.cuda.get_device_properties(device).multi_processor_count
     return _sms[device]
+
+
+_scratch = {}
+
+
+def scratch(device, floats, counters=4096):
+    """(f32 workspace of at least `floats`, int32 arrival counters) for the segmented decode kernel, one pair per
+    device, grown only outside graph capture (the bench asks for each shape's most before timing); the kernels
+    leave the counters zero."""
+    import torch
+
+    ws, cnt = _scratch.get(device, (None, None))
+    if ws is None or ws.numel() < floats:
+        ws = torch.empty(max(floats, 1), dtype=torch.float32, device=device)
+        cnt = cnt if cnt is not None else torch.zeros(counters, dtype=torch.int32, device=device)
+        _scratch[device] = (ws, cnt)
+    return ws, cnt

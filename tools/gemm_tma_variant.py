@@ -1,11 +1,15 @@
 """Variants of kernels/cuda/gemm_tma.cu (TMA + wgmma, persistent, warp-specialized) for tools/gemm_bench.py.
 
-Every variant computes C = A W^T in the reference's order (one f32 accumulator from +0, k16 steps ascending, no
-split-K); they differ only in tile shape, stage count, cluster and walk, so the bench can pick the fastest per shape.
+Every variant computes C = A W^T in the reference's order (K in S = gemm_cuda.segments(N, K) segments, each from +0
+in k16 steps ascending, the segment sums added in order, then the bias); they differ only in tile shape, stage count,
+cluster and walk, so the bench can pick the fastest per shape. S = 1 runs the plain kernels; S > 1 runs a kernel's
+segmented twin (_s: a running sum beside the accumulator), which exists only where both fit the registers, so the
+other variants fit only S = 1 shapes.
 
 Launch of each: grid = min(SMs, units * cluster) CTAs (a multiple of the cluster), 384 threads (a producer
 warpgroup, two consumer warpgroups), dynamic shared memory 1024 + stages * ((BM + BN) * 128 + 16) bytes, cluster
-(2, 1, 1) for the _c2 (pair shares the weight tile) and _a2 (pair shares the activation tile) kernels.
+(2, 1, 1) for the _c2 (pair shares the weight tile) and _a2 (pair shares the activation tile) kernels; the last
+argument is S (the plain kernels ignore it).
 
 swiglu_run(cuda, a, w, act, m, n, k, kernel=..., bias=None) runs the SwiGLU epilogue: W's rows interleave 8-row
 gate and up tiles (N a multiple of 16), act is bf16 [m, n // 2], act[r][j] = silu_mul(gate + bias, up + bias); the
@@ -13,7 +17,7 @@ bench checks it against the reference's C passed through silu_mul on the host.
 """
 
 
-from gemm_cuda import Variant, sm_count, swizzled_map
+from gemm_cuda import Variant, segments, sm_count, swizzled_map
 
 SOURCE = "kernels/cuda/gemm_tma.cu"
 THREADS = 384
@@ -37,6 +41,17 @@ KERNELS = {
     "gemm_tma_64x32": (64, 32, 18, 1, 1),
     "gemm_tma_64x32_a2": (64, 32, 18, 1, 2),
 }
+# The segmented twins (gemm_tma<..., SEG = true>): the same tiles, stages and clusters.
+SEGMENTED = ["gemm_tma_128x192", "gemm_tma_128x128", "gemm_tma_64x256", "gemm_tma_64x128", "gemm_tma_64x128_a2",
+             "gemm_tma_64x64", "gemm_tma_64x64_a2", "gemm_tma_64x32", "gemm_tma_64x32_a2"]
+KERNELS.update({f"{name}_s": KERNELS[name] for name in SEGMENTED})
+
+
+def kernel_for(kernel, segs):
+    """The kernel that computes S = segs segments: the plain one for 1, else its segmented twin (None if none)."""
+    if segs == 1:
+        return kernel
+    return kernel + "_s" if kernel in SEGMENTED else None
 
 # Rows of A that one group of the walk spans: the CTAs at work together share those A tiles and a few W tiles in L2.
 GROUP_ROWS = 2048
@@ -47,13 +62,17 @@ def smem_bytes(kernel):
     return 1024 + stages * ((bm + bn) * 128 + 16)
 
 
-def launch(cuda, kernel, a, w, bias, c, act, m, n, k, group_rows=GROUP_ROWS, ctas=None):
-    """One launch of `kernel`: C (f32 [m, n]) when act is None, else the SwiGLU act (bf16 [m, n // 2]).
+def launch(cuda, kernel, a, w, bias, c, act, m, n, k, group_rows=GROUP_ROWS, ctas=None, segs=None):
+    """One launch of `kernel` (or its segmented twin where segments(n, k) > 1): C (f32 [m, n]) when act is None,
+    else the SwiGLU act (bf16 [m, n // 2]).
 
     ctas caps the grid (a multiple of the cluster): with 1 or 2, one CTA or pair walks every tile, for debugging.
     """
+    segs = segments(n, k) if segs is None else segs
+    kernel = kernel_for(kernel.removesuffix("_s"), segs)
+    assert kernel is not None, f"no segmented kernel for S = {segs}"
     bm, bn, _, cm, cn = KERNELS[kernel]
-    assert k % 64 == 0, "K must be a multiple of 64"
+    assert k % (64 * segs) == 0, "K / S must be a multiple of 64"
     assert a.is_contiguous() and w.is_contiguous()
     if act is not None:
         assert n % 16 == 0, "SwiGLU needs whole 16-row gate/up pairs"
@@ -76,6 +95,7 @@ def launch(cuda, kernel, a, w, bias, c, act, m, n, k, group_rows=GROUP_ROWS, cta
         ("i32", n),
         ("i32", k),
         ("i32", group),
+        ("i32", segs),
     ]
     cuda.launch(kernel, (grid, 1, 1), (THREADS, 1, 1), smem_bytes(kernel), args, cluster=(cluster, 1, 1))
 
@@ -94,11 +114,15 @@ def _setup(kernels):
 
 
 def _variant(kernel, min_m, max_m, group_rows=GROUP_ROWS, suffix=""):
-    def run(cuda, a, w, c, m, n, k):
-        launch(cuda, kernel, a, w, None, c, None, m, n, k, group_rows)
+    def run(cuda, a, w, c, m, n, k, segs):
+        launch(cuda, kernel, a, w, None, c, None, m, n, k, group_rows, segs=segs)
+
+    def fits(n, k):
+        return kernel_for(kernel, segments(n, k)) is not None
 
     name = kernel.replace("gemm_tma_", "tma_") + suffix
-    return Variant(name=name, sources=[SOURCE], min_m=min_m, max_m=max_m, run=run, setup=_setup([kernel]))
+    kernels = [kernel] + ([kernel + "_s"] if kernel in SEGMENTED else [])
+    return Variant(name=name, sources=[SOURCE], min_m=min_m, max_m=max_m, run=run, setup=_setup(kernels), fits=fits)
 
 
 VARIANTS = [

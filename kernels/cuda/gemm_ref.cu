@@ -1,5 +1,7 @@
 // The family's reference, C = A W^T (+ bias) in the canonical order at its plainest, so every fast kernel is checked bit for bit against code anyone can read.
-// One f32 accumulator from +0 per element, k16 steps ascending, each step's 16 k in natural order (mma.sync m16n8k16), then the bias; K % 16 == 0.
+// K in `segments` equal segments (fixed per weight shape, never by M); each segment in its own f32 accumulator from +0,
+// k16 steps ascending, each step's 16 k in natural order (mma.sync m16n8k16); the segment sums added in segment
+// order (s0 + s1, then + s2, ...), then the bias. segments = 1 is one accumulator over all of K; (K / segments) % 16 == 0.
 
 __device__ __forceinline__ void ref_mma(float* d, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
     asm volatile(
@@ -15,7 +17,7 @@ __device__ __forceinline__ u32 ref_pair(const bf16* row, int k0, bool live) {
 
 // Each warp one 16x8 tile of C; lane (g, q) holds rows g, g + 8 and k 2q, 2q + 1, 2q + 8, 2q + 9 of each step.
 extern "C" __global__ void __launch_bounds__(128) gemm_ref(const bf16* a, const bf16* w, const float* bias, float* c,
-                                                          int m, int n, int k) {
+                                                          int m, int n, int k, int segments) {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const long long ntn = (n + 7) / 8, tile = (long long)blockIdx.x * 4 + (threadIdx.x >> 5);
     if (tile >= (long long)((m + 15) / 16) * ntn) return;
@@ -24,13 +26,20 @@ extern "C" __global__ void __launch_bounds__(128) gemm_ref(const bf16* a, const 
     const bf16* alo = a + (u64)min(r0 + g, m - 1) * k;
     const bf16* ahi = a + (u64)min(r0 + g + 8, m - 1) * k;
     const bf16* wr = w + (u64)min(c0 + g, n - 1) * k;
+    const int ks = k / segments;
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    // Unrolled only so the loads of later steps overlap the mma chain; the order of the sums is unchanged.
+    for (int s = 0; s < segments; ++s) {
+        float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        // Unrolled only so the loads of later steps overlap the mma chain; the order of the sums is unchanged.
 #pragma unroll 4
-    for (int k0 = 0; k0 < k; k0 += 16) {
-        const int lo = k0 + 2 * q, hi = k0 + 2 * q + 8;
-        ref_mma(d, ref_pair(alo, lo, lo_live), ref_pair(ahi, lo, hi_live), ref_pair(alo, hi, lo_live),
-                ref_pair(ahi, hi, hi_live), ref_pair(wr, lo, w_live), ref_pair(wr, hi, w_live));
+        for (int k0 = s * ks; k0 < (s + 1) * ks; k0 += 16) {
+            const int lo = k0 + 2 * q, hi = k0 + 2 * q + 8;
+            ref_mma(p, ref_pair(alo, lo, lo_live), ref_pair(ahi, lo, hi_live), ref_pair(alo, hi, lo_live),
+                    ref_pair(ahi, hi, hi_live), ref_pair(wr, lo, w_live), ref_pair(wr, hi, w_live));
+        }
+        // The first segment's sum as it is (one segment: exactly the single accumulator), later ones added in order.
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[e] = s == 0 ? p[e] : d[e] + p[e];
     }
     // d[e] is row g + 8 (e / 2), column 2q + e % 2 of the tile.
 #pragma unroll

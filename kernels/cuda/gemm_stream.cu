@@ -1,6 +1,8 @@
 // Decode rounds (M = 1..64) of the exact family: weights stream once through a TMA-fed shared-memory ring, mma.sync sums them in gemm_ref.cu's order.
-// No split-K (one accumulator per output, k16 steps ascending over all of K), so a row's bits never depend on M or on the other rows.
-// Persistent: block b owns a contiguous run of 8-row weight tiles, so each weight byte is read once and every SM streams the same amount.
+// K in `segs` segments fixed per weight shape (gemm_ref.cu's order), never by M, so a row's bits never depend on M or on the other rows.
+// Persistent: block b owns segment b % segs of a contiguous run of 8-row weight tiles, so each weight byte is read once and every
+// SM streams the same amount; small N gets segs times the rows in flight. With segs > 1 each block writes its segment's partial
+// sums to a workspace and the run's last block to arrive adds them in segment order (then the bias) into C.
 // A stage is a few 64-k chunks; each chunk is one TMA box of all of a pass's weight rows (up to 256) and one box of A,
 // so a block issues two copies a chunk however many tiles it owns (many small boxes bound the copy rate).
 // TMA's 128-byte swizzle puts the 8 rows of every ldmatrix in 8 distinct bank groups while the k order stays natural.
@@ -69,23 +71,25 @@ __device__ __forceinline__ u32 gs_swizzled(u32 box, int row, int chunk) {
     return box + row * 128 + ((chunk ^ (row & 7)) << 4);
 }
 
-// How a block walks its tiles: passes of at most `pt` tiles (the weight box is 8 pt rows), each over all of K in
+// How a block walks its tiles: passes of at most `pt` tiles (the weight box is 8 pt rows), each over its K segment in
 // stages of `kc` chunks of 64 k. A stage holds kc A boxes (16 MT rows each), then kc weight boxes (8 pt rows each).
 struct GsPlan {
-    int t0, cnt, passes, kst, kbs, kc;
+    int t0, cnt, passes, kst, kbs, kc, k0;
     u32 abytes, wbytes, stage_bytes;
     // First tile of pass p: the block's tiles split evenly, so no pass exceeds pt tiles.
     __device__ __forceinline__ int first(int p) const { return t0 + (int)((long long)p * cnt / passes); }
 };
 
 template <int MT>
-__device__ __forceinline__ GsPlan gs_plan(int n, int k, int kc, int pt) {
+__device__ __forceinline__ GsPlan gs_plan(int n, int k, int kc, int pt, int segs) {
     GsPlan P;
-    const int tiles = (n + 7) / 8;
-    P.t0 = (int)((long long)blockIdx.x * tiles / gridDim.x);
-    P.cnt = (int)((long long)(blockIdx.x + 1) * tiles / gridDim.x) - P.t0;
+    // Block b: segment b % segs of tile run b / segs.
+    const int tiles = (n + 7) / 8, runs = gridDim.x / segs, run = blockIdx.x / segs;
+    P.t0 = (int)((long long)run * tiles / runs);
+    P.cnt = (int)((long long)(run + 1) * tiles / runs) - P.t0;
     P.passes = (P.cnt + pt - 1) / pt;
-    P.kbs = k / 64;
+    P.kbs = k / segs / 64;
+    P.k0 = (blockIdx.x % segs) * (k / segs);
     P.kc = kc;
     P.kst = (P.kbs + kc - 1) / kc;
     P.abytes = MT * 16 * 128;
@@ -153,13 +157,46 @@ __device__ __forceinline__ void gs_issue_w(const GsPlan& P, const GsMap* map_w, 
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(S.nj * (P.abytes + P.wbytes))
                  : "memory");
     const int row0 = P.first(S.pass) * 8;
-    for (int j = 0; j < S.nj; ++j) gs_load(stage + P.kc * P.abytes + j * P.wbytes, map_w, bar, (S.j0 + j) * 64, row0);
+    for (int j = 0; j < S.nj; ++j) gs_load(stage + P.kc * P.abytes + j * P.wbytes, map_w, bar, P.k0 + (S.j0 + j) * 64, row0);
 }
 
 __device__ __forceinline__ void gs_issue_a(const GsPlan& P, const GsMap* map_a, u32 base, u32 full, int s, int slots) {
     const GsStage S = gs_stage(P, s, slots);
     const u32 stage = base + S.slot * P.stage_bytes, bar = full + 8 * S.slot;
-    for (int j = 0; j < S.nj; ++j) gs_load(stage + j * P.abytes, map_a, bar, (S.j0 + j) * 64, 0);
+    for (int j = 0; j < S.nj; ++j) gs_load(stage + j * P.abytes, map_a, bar, P.k0 + (S.j0 + j) * 64, 0);
+}
+
+// The run's last block to arrive adds the segs partials of its columns in segment order, then the bias, into C;
+// the counter goes back to zero for the next launch. Consumer warps only (named barrier 1).
+__device__ __forceinline__ void gs_fold(const GsPlan& P, const float* __restrict__ bias, float* __restrict__ c,
+                                        const float* ws, int* counters, int m, int n, int segs) {
+    const int run = blockIdx.x / segs;
+    // Every thread's partials reach L2 before the block's arrival is counted.
+    __threadfence();
+    asm volatile("bar.sync 1, %0;\n" ::"n"(GS_WARPS * 32) : "memory");
+    u32 last = 0;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counters + run, 1) == segs - 1;
+        if (last) counters[run] = 0;
+        __threadfence();
+    }
+    // A barrier that also hands thread 0's verdict to every consumer thread (no static shared memory: the host
+    // gives the dynamic ring all a block may have).
+    asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %1, 0;\nbar.red.popc.u32 %0, 1, %2, p;\n}\n"
+                 : "=r"(last)
+                 : "r"(last), "n"(GS_WARPS * 32)
+                 : "memory");
+    if (!last) return;
+    const int col0 = P.t0 * 8, cols = min(n, (P.t0 + P.cnt) * 8) - col0;
+    const u64 plane = (u64)m * n;
+    for (int i = threadIdx.x; i < m * cols; i += GS_WARPS * 32) {
+        const int row = i / cols, col = col0 + i % cols;
+        const u64 at = (u64)row * n + col;
+        // Other blocks' partials: read from L2 (ld.global.cg), never a stale L1 line.
+        float v = __ldcg(ws + at);
+        for (int s = 1; s < segs; ++s) v = v + __ldcg(ws + s * plane + at);
+        c[at] = bias ? v + bias[col] : v;
+    }
 }
 
 // MT tiles of 16 rows of A (M <= 16 MT); `slots` stages of `kc` chunks in the ring and passes of at most `pt` tiles,
@@ -167,9 +204,10 @@ __device__ __forceinline__ void gs_issue_a(const GsPlan& P, const GsMap* map_a, 
 // half's fragments load while this half's mma chains run (where two halves fit the register budget).
 template <int MT, bool DB>
 __device__ __forceinline__ void gemm_stream(const GsMap& map_a, const GsMap& map_w, const float* __restrict__ bias,
-                                            float* __restrict__ c, int m, int n, int k, int slots, int kc, int pt) {
+                                            float* __restrict__ c, float* ws, int* counters, int m, int n, int k,
+                                            int slots, int kc, int pt, int segs) {
     extern __shared__ __align__(1024) unsigned char gs_smem_raw[];
-    const GsPlan P = gs_plan<MT>(n, k, kc, pt);
+    const GsPlan P = gs_plan<MT>(n, k, kc, pt, segs);
     // The swizzle pattern follows address bits, so stages start 1024-aligned (the host adds 1024 bytes of room).
     const u32 base = (gs_shared(gs_smem_raw) + 1023) & ~1023u;
     const u32 full = base + slots * P.stage_bytes, empty = full + 8 * slots;
@@ -240,6 +278,10 @@ __device__ __forceinline__ void gemm_stream(const GsMap& map_a, const GsMap& map
             __syncwarp();
             if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(empty + 8 * slot) : "memory");
         }
+        // One segment writes C directly; more write their partials to plane b % segs of ws (f32 [segs][m][n]), no bias
+        // (worked out here, not kept live through the k loop: the two-block kernels have no registers to spare).
+        float* const out = segs == 1 ? c : ws + (u64)(blockIdx.x % segs) * m * n;
+        const float* const add = segs == 1 ? bias : nullptr;
         // acc[i][t][e] is row 16 t + gq + 8 (e / 2), column 2 q + e % 2 of the warp's tile i.
 #pragma unroll
         for (int i = 0; i < GS_TPW; ++i) {
@@ -250,14 +292,15 @@ __device__ __forceinline__ void gemm_stream(const GsMap& map_a, const GsMap& map
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int row = 16 * t + gq + 8 * (e >> 1), col = col0 + (e & 1);
-                    if (row < m && col < n) c[(u64)row * n + col] = bias ? acc[i][t][e] + bias[col] : acc[i][t][e];
+                    if (row < m && col < n) out[(u64)row * n + col] = add ? acc[i][t][e] + add[col] : acc[i][t][e];
                 }
         }
     }
+    if (segs > 1) gs_fold(P, bias, c, ws, counters, m, n, segs);
 }
 
-#define GS_PARAMS const __grid_constant__ GsMap map_a, const __grid_constant__ GsMap map_w, const float* bias, float* c, int m, int n, int k, int slots, int kc, int pt
-#define GS_ARGS map_a, map_w, bias, c, m, n, k, slots, kc, pt
+#define GS_PARAMS const __grid_constant__ GsMap map_a, const __grid_constant__ GsMap map_w, const float* bias, float* c, float* ws, int* counters, int m, int n, int k, int slots, int kc, int pt, int segs
+#define GS_ARGS map_a, map_w, bias, c, ws, counters, m, n, k, slots, kc, pt, segs
 // Nine warps leave one SM sub-partition three, so a block may use at most 168 registers a thread.
 extern "C" __global__ void __launch_bounds__(GS_THREADS, 1) gemm_stream_m16(GS_PARAMS) { gemm_stream<1, true>(GS_ARGS); }
 extern "C" __global__ void __launch_bounds__(GS_THREADS, 1) gemm_stream_m32(GS_PARAMS) { gemm_stream<2, true>(GS_ARGS); }

@@ -4,9 +4,11 @@
 // swizzle, K-major); persistent CTAs walk the output tiles in a fixed order, a cluster of 2 can share (multicast)
 // the weight tile of two M tiles or the activation tile of two N tiles.
 //
-// An element's arithmetic is the reference's: one f32 accumulator from +0 (registers zeroed, scale-d always 1),
-// the k16 steps in ascending k, each over its 16 k in natural order, then the bias. No split-K: a row's bits never
-// depend on M, on its tile or on the other rows. wgmma sums a k16 step as mma.sync does (tools/wgmma_probe.cu).
+// An element's arithmetic is the reference's: K in `segs` segments fixed per weight shape (1 for the plain kernels,
+// any count for the _s kernels), each in an f32 accumulator from +0 (registers zeroed, scale-d always 1) over its
+// k16 steps in ascending k, each over its 16 k in natural order; the segment sums added in segment order, then the
+// bias. A row's bits never depend on M, on its tile or on the other rows. wgmma sums a k16 step as mma.sync does
+// (tools/wgmma_probe.cu).
 //
 // C[m][n] = sum_k A[m][k] W[n][k] (+ bias[n]), A [M][K] bf16, W [N][K] bf16, C [M][N] f32; or, with `act`, the
 // SwiGLU of W's interleaved 8-row gate and up tiles: act[m][n / 2] = silu_mul(gate, up), no C.
@@ -197,9 +199,11 @@ __device__ __forceinline__ void tma_unit(int u, int mu, int nu, int group, int& 
 // Warpgroup 0 produces (one thread), 1 and 2 consume MI m64 blocks by WN columns each of a BM x BN tile.
 // Consumer c: rows 64 MI c, all columns (BM = 128 MI), or all rows, columns WN c (BM = 64 MI).
 // A cluster pair shares the weight tile (CM = 2) or the activation tile (CN = 2): each CTA copies half to both.
-template <int BM, int BN, int WN, int MI, int STAGES, int CM, int CN>
+// SEG: every K / segs / 64 k-blocks the consumer folds its accumulator into a running sum (a second register set).
+template <int BM, int BN, int WN, int MI, int STAGES, int CM, int CN, bool SEG = false>
 __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_w, const float* __restrict__ bias,
-                                         float* __restrict__ c, bf16* __restrict__ act, int m, int n, int k, int group) {
+                                         float* __restrict__ c, bf16* __restrict__ act, int m, int n, int k, int group,
+                                         int segs) {
     constexpr bool SPLIT_N = BM == 64 * MI;
     static_assert(SPLIT_N ? BN == 2 * WN : (BM == 128 * MI && BN == WN), "two consumers cover the tile");
     constexpr int CLUSTER = CM * CN;
@@ -302,7 +306,8 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
                 if (t < CLUSTER) mbar_arrive_cluster(empty + 8 * slot, t);
             }
         };
-        float acc[MI][WN / 2];
+        float acc[MI][WN / 2], sum[SEG ? MI : 1][SEG ? WN / 2 : 1];
+        const int kseg = SEG ? kbs / segs : kbs;
         u32 slot = 0, phase = 0;
         for (int u = cid; u < units; u += clusters) {
             int um, un;
@@ -329,9 +334,31 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
                 if (prev != STAGES) release(prev);
                 prev = slot;
                 if (++slot == STAGES) slot = 0, phase ^= 1;
+                if constexpr (SEG) {
+                    if ((kb + 1) % kseg == 0) {
+                        // The segment's products are all in acc: fold it (the first as it is), restart acc from +0.
+                        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+                        release(prev);
+                        prev = STAGES;
+                        const bool first = kb + 1 == kseg;
+#pragma unroll
+                        for (int i = 0; i < MI; ++i)
+#pragma unroll
+                            for (int j = 0; j < WN / 2; ++j) {
+                                sum[i][j] = first ? acc[i][j] : sum[i][j] + acc[i][j];
+                                acc[i][j] = 0.0f;
+                            }
+                    }
+                }
             }
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             if (prev != STAGES) release(prev);
+            if constexpr (SEG) {
+#pragma unroll
+                for (int i = 0; i < MI; ++i)
+#pragma unroll
+                    for (int j = 0; j < WN / 2; ++j) acc[i][j] = sum[i][j];
+            }
             // Element 4 j + e of an m64 block: row 16 warp + g + 8 (e / 2), column 8 j + 2 q + e % 2.
 #pragma unroll
             for (int i = 0; i < MI; ++i) {
@@ -383,8 +410,8 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
 // <BM, BN, WN, MI, STAGES, CM, CN>: 384 threads, 1024 + STAGES * ((BM + BN) * 128 + 16) bytes, cluster (CM CN, 1, 1).
 #define TMA_PARAMS                                                                                                    \
     const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_w, const float* bias, float* c,         \
-        bf16* act, int m, int n, int k, int group
-#define TMA_ARGS map_a, map_w, bias, c, act, m, n, k, group
+        bf16* act, int m, int n, int k, int group, int segs
+#define TMA_ARGS map_a, map_w, bias, c, act, m, n, k, group, segs
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x256(TMA_PARAMS) { gemm_tma<128, 256, 256, 1, 4, 1, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x256_c2(TMA_PARAMS) { gemm_tma<128, 256, 256, 1, 4, 2, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x224(TMA_PARAMS) { gemm_tma<128, 224, 224, 1, 5, 1, 1>(TMA_ARGS); }
@@ -401,5 +428,15 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x64(TMA_PARAMS) 
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x64_a2(TMA_PARAMS) { gemm_tma<64, 64, 32, 1, 14, 1, 2>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x32(TMA_PARAMS) { gemm_tma<64, 32, 16, 1, 18, 1, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x32_a2(TMA_PARAMS) { gemm_tma<64, 32, 16, 1, 18, 1, 2>(TMA_ARGS); }
+// Segmented twins where acc and the running sum together fit the consumers' 232 registers (WN / 2 of each).
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x192_s(TMA_PARAMS) { gemm_tma<128, 192, 192, 1, 5, 1, 1, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x128_s(TMA_PARAMS) { gemm_tma<128, 128, 128, 1, 7, 1, 1, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x256_s(TMA_PARAMS) { gemm_tma<64, 256, 128, 1, 5, 1, 1, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128_s(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 1, 1, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128_a2_s(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 1, 2, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x64_s(TMA_PARAMS) { gemm_tma<64, 64, 32, 1, 14, 1, 1, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x64_a2_s(TMA_PARAMS) { gemm_tma<64, 64, 32, 1, 14, 1, 2, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x32_s(TMA_PARAMS) { gemm_tma<64, 32, 16, 1, 18, 1, 1, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x32_a2_s(TMA_PARAMS) { gemm_tma<64, 32, 16, 1, 18, 1, 2, true>(TMA_ARGS); }
 
 #endif
