@@ -96,19 +96,22 @@ pub struct Drafting {
     pub tokens: usize,
     /// Most rounds a lane waits after a draft of which nothing was kept, doubling from one.
     pub max_wait: u32,
+    /// Whether each engine's steps are timed at start-up; untimed, a verify row counts as free (a test's engine,
+    /// whose times say nothing of a device).
+    pub timed: bool,
 }
 
 impl Drafting {
-    pub const OFF: Drafting = Drafting { tokens: 0, max_wait: 0 };
+    pub const OFF: Drafting = Drafting { tokens: 0, max_wait: 0, timed: false };
 
     /// Where each row of a step costs compute, a lane whose drafts fail probes rarely.
     pub fn on_cpu(tokens: usize) -> Drafting {
-        Drafting { tokens, max_wait: 64 }
+        Drafting { tokens, max_wait: 64, timed: true }
     }
 
     /// Where a step of tens of rows costs about what one row does, a failed draft costs little.
     pub fn on_gpu(tokens: usize) -> Drafting {
-        Drafting { tokens, max_wait: 2 }
+        Drafting { tokens, max_wait: 2, timed: true }
     }
 }
 

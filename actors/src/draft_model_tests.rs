@@ -71,8 +71,12 @@ fn spec(name: &str, kind: ModelKind) -> ModelSpec {
 }
 
 async fn start_with(draft: Box<dyn Engine>, target: &str) -> Result<Runtime, StartError> {
-    let schedule =
-        Schedule { round_tokens: 8, parallel: 4, max_waiting: 64, drafting: Drafting { tokens: 3, max_wait: 16 } };
+    let schedule = Schedule {
+        round_tokens: 8,
+        parallel: 4,
+        max_waiting: 64,
+        drafting: Drafting { tokens: 3, max_wait: 16, timed: false },
+    };
     let cfg =
         RuntimeConfig { page_tokens: 4, kv_pages: Some(128), memory_limit: None, schedule, prefix_cache_tokens: 0 };
     let text = spec(TEXT, ModelKind::Tokens { engine: Box::new(HistoryEngine { shift: 0 }), codec: None });

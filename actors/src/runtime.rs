@@ -237,7 +237,8 @@ impl Runtime {
             }
             draft_of[t] = Some(id);
         }
-        let runner = EngineRunner::spawn(slots, cfg.schedule.drafting.tokens + 1)?;
+        let drafting = cfg.schedule.drafting;
+        let runner = EngineRunner::spawn(slots, if drafting.timed { drafting.tokens + 1 } else { 0 })?;
         let metrics = Arc::new(Metrics::default());
         let (schedule, m, cache_tokens) = (cfg.schedule, metrics.clone(), cfg.prefix_cache_tokens);
         let arbiter = Arbiter::new();
