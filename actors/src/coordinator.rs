@@ -326,7 +326,7 @@ impl Coordinator {
                 let left = lane.request.max_tokens - lane.num_generated;
                 let most = self.schedule.drafting.tokens.min(budget).min(left.saturating_sub(1));
                 let most = match pass_decode && lane.request.draft {
-                    true => lane.drafter.length(most, num_decoding, rows, &self.runner.step_cost(lane.request.model)),
+                    true => lane.drafter.length(most, num_decoding, rows, self.runner.step_cost(lane.request.model)),
                     false => 0,
                 };
                 // Positions the draft takes: the lookup's tokens, or the draft model's, which the runner fills in.

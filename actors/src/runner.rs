@@ -39,7 +39,7 @@ pub struct EngineRunner {
 
 impl EngineRunner {
     /// Starts the engine thread; with `probe_rows` above 1, first times each token model's steps of one row and of
-    /// that many (what a verify step costs on this device).
+    /// 1, 2 and 4 times that many (what a verify step costs on this device).
     pub fn spawn(mut models: Vec<ModelSlot>, probe_rows: usize) -> std::io::Result<EngineRunner> {
         let step_costs = models.iter_mut().map(|m| measure_step_cost(m, probe_rows)).collect();
         let (jobs, inbox) = mpsc::channel::<Job>();
@@ -69,9 +69,9 @@ impl EngineRunner {
         Ok(EngineRunner { jobs, step_costs })
     }
 
-    /// What a step costs on `model`.
-    pub fn step_cost(&self, model: usize) -> StepCost {
-        self.step_costs.get(model).cloned().unwrap_or_else(StepCost::unknown)
+    /// What a step costs on `model` (one of the models `spawn` was given, as the page pools are indexed).
+    pub fn step_cost(&self, model: usize) -> &StepCost {
+        &self.step_costs[model]
     }
 
     /// Queues a round; the receiver yields its output, or an error if the round failed or the engine thread died.
