@@ -178,7 +178,7 @@ class Cuda:
             if s not in seen:
                 seen.append(s)
         self.sources = seen
-        self.ptx = compile_ptx(seen, arch)
+        self.ptx = compile_ptx(seen, arch, ("-DGEMM_TMA_ALL",))
         torch.cuda.init()
         torch.zeros(1, device="cuda")  # makes torch's primary context current on this thread
         self.torch = torch

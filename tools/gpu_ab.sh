@@ -5,6 +5,7 @@
 # Usage (after `bash tools/device_build.sh` here, and the before binary copied to .device/tensorfold-before, with
 # ../shared/peers/torch_dense.py copied to .device/, and .device carried): bash tools/gpu_ab.sh [SECONDS]
 # SECONDS (default 580) bounds the whole run; each server bench gets --deadline from what is left.
+# BEFORE_ENV (e.g. TF_CUDA_TMA=0): without a before binary, the before run is the same binary under these settings.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUDGET="${1:-580}"
@@ -23,10 +24,11 @@ if [[ ! -f "$CKPT/config.json" ]]; then
 fi
 # bench NAME BINARY MORE...: the server bench of one binary, its table kept as OUT/NAME.md.
 bench() {
-    local name="$1" binary="$2"
+    local name="$1" binary="$2" settings=()
     shift 2
-    echo "== $name ($binary) at $(elapsed) s"
-    timeout 150 bash tools/bench_gpu.sh --binary "$binary" --out "$OUT/$name" --ckpt "$CKPT" --skip peer \
+    [[ "$name" == before && ! -f "$binary" ]] && binary=.device/tensorfold && read -ra settings <<< "${BEFORE_ENV:-}"
+    echo "== $name ($binary ${settings[*]}) at $(elapsed) s"
+    timeout 150 env "${settings[@]}" bash tools/bench_gpu.sh --binary "$binary" --out "$OUT/$name" --ckpt "$CKPT" --skip peer \
         --streams 256 --ttft-repeats 1 --deadline 140 "$@" > /dev/null 2>&1
     cp "$OUT/$name/results.md" "$OUT/$name.md" 2>/dev/null
     grep -E "batch-1|256 streams|TTFT|ready|load" "$OUT/$name.md" 2>/dev/null | head -8

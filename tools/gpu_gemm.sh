@@ -29,6 +29,7 @@ tests() {
         tee -a "$OUT/tests.txt"
 }
 export TF_TEST_MODEL="$CKPT" TF_TEST_DEVICE=cuda TF_TEST_BINARY="$PWD/$BIN/tensorfold" TF_CACHE_DIR=/tmp/tfc
+tests gemm-tests
 tests features-tests logprobs
 tests cuda-tests
 tests cuda-runtime-tests

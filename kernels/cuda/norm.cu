@@ -1,12 +1,17 @@
 // Row-wise kernels: embedding gather, RMSNorm (fused with the residual add), SwiGLU. Norms take one block per row.
 
-// The table is packed in GEMM weight tiles (gemm.cu), since a tied one is also the output projection.
-extern "C" __global__ void embed_rows(const bf16* table, const u32* tokens, float* x, int h) {
+// The table is laid out as a GEMM weight (a tied one is also the output projection): packed in the tiles of gemm.cu,
+// or with `natural` row-major as the TMA family reads it.
+extern "C" __global__ void embed_rows(const bf16* table, const u32* tokens, float* x, int h, int natural) {
     start_next();
     wait_prior();
     const u32 r = tokens[blockIdx.x];
-    const bf16* src = table + (u64)(r >> 3) * h * 8 + (r & 7) * 32;
     float* dst = x + (u64)blockIdx.x * h;
+    if (natural) {
+        for (int i = threadIdx.x; i < h; i += blockDim.x) dst[i] = bf2f(table[(u64)r * h + i]);
+        return;
+    }
+    const bf16* src = table + (u64)(r >> 3) * h * 8 + (r & 7) * 32;
     for (int i = threadIdx.x; i < h; i += blockDim.x) dst[i] = bf2f(src[(i >> 5) * 256 + (i & 31)]);
 }
 

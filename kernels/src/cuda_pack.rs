@@ -20,9 +20,14 @@ pub struct GemmTuning {
     pub max_decode_blocks: usize,
 }
 
+impl GemmTuning {
+    pub const DEFAULT: GemmTuning =
+        GemmTuning { min_segment_tiles: MIN_SEGMENT_TILES, max_decode_blocks: MAX_DECODE_BLOCKS };
+}
+
 impl Default for GemmTuning {
     fn default() -> Self {
-        GemmTuning { min_segment_tiles: MIN_SEGMENT_TILES, max_decode_blocks: MAX_DECODE_BLOCKS }
+        GemmTuning::DEFAULT
     }
 }
 

@@ -192,6 +192,12 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         default: Some("1"),
+        help: "on sm_90a, weights whose K is a multiple of 64 multiply on the exact TMA + wgmma family",
+        only: Only::Cuda,
+        ..row(Key::CudaTma, None, Some("TF_CUDA_TMA"), Kind::Switch, Scope::Env)
+    },
+    Setting {
+        default: Some("1"),
         help: "kernels of narrow rounds start while the previous one ends (Hopper and later)",
         only: Only::Cuda,
         ..row(Key::CudaOverlap, None, Some("TF_CUDA_OVERLAP"), Kind::Switch, Scope::Env)

@@ -1,6 +1,6 @@
 //! Host side of the GEMM kernels (gemm.cu, gemm_tiled.cu, gemm_wgmma.cu): which kernel a shape runs, and its launch.
 
-use super::{gemm_segments, Arg, DevPtr, Functions, Gpu, GpuError};
+use super::{gemm_segments, Arg, DevPtr, Functions, GemmScratch, Gpu, GpuError, STREAM_ROWS};
 use cudarc::driver::sys;
 
 /// Dynamic shared memory of a decode GEMM block: 16 warps with rings of `GEMM_RING` (gemm.cu) 512-byte tiles.
@@ -73,7 +73,8 @@ pub(super) fn allow_shared_memory(f: &Functions) -> Result<(), GpuError> {
 }
 
 impl Gpu {
-    /// c[m x n] = a[m x k] * w[n x k]^T (+ bias), bf16 in, f32 out; `bias` 0 for none; `w` packed by `pack_weight`.
+    /// c[m x n] = a[m x k] * w[n x k]^T (+ bias), bf16 in, f32 out; `bias` 0 for none; `w` laid out by
+    /// `pack_weight`, or row-major where `natural(n, k)`; `scratch` is the family's workspace.
     #[allow(clippy::too_many_arguments)]
     pub fn gemm(
         &self,
@@ -81,16 +82,15 @@ impl Gpu {
         w: DevPtr,
         bias: DevPtr,
         c: DevPtr,
-        m: usize,
-        n: usize,
-        k: usize,
+        (m, n, k): (usize, usize, usize),
+        scratch: &GemmScratch,
     ) -> Result<(), GpuError> {
-        self.gemm_launch(a, w, bias, c, 0, m, n, k, None)
+        self.gemm_launch(a, w, bias, c, 0, (m, n, k), None, scratch)
     }
 
-    /// Whether `gemm_norm` takes `m` rows of width `k`.
-    pub fn folds_norm(m: usize, k: usize) -> bool {
-        (1..=8).contains(&m) && m * k * 2 <= NORM_BYTES as usize
+    /// Whether `gemm_norm` takes `m` rows of width `k`: only the older kernels fold a norm.
+    pub fn folds_norm(&self, m: usize, k: usize) -> bool {
+        !self.natural(1, k) && (1..=8).contains(&m) && m * k * 2 <= NORM_BYTES as usize
     }
 
     /// `gemm` or, with `act`, `gemm_swiglu` of A = `norm`'s rows (k wide), normed inside each block.
@@ -102,24 +102,32 @@ impl Gpu {
         bias: DevPtr,
         c: DevPtr,
         act: DevPtr,
-        m: usize,
-        n: usize,
-        k: usize,
+        (m, n, k): (usize, usize, usize),
     ) -> Result<(), GpuError> {
-        assert!(Self::folds_norm(m, k) && norm.x != norm.x_out, "gemm_norm: {m} rows of {k} cannot fold");
+        assert!(self.folds_norm(m, k) && norm.x != norm.x_out, "gemm_norm: {m} rows of {k} cannot fold");
         assert!(act == 0 || (self.fuses_swiglu(m, n, k) && n.is_multiple_of(16)), "gemm_norm: no SwiGLU here");
-        self.gemm_launch(0, w, bias, c, act, m, n, k, Some(norm))
+        self.gemm_launch(0, w, bias, c, act, (m, n, k), Some(norm), &GemmScratch::default())
     }
 
     /// Whether `gemm_swiglu` can run for this many rows and this K.
     pub fn fuses_swiglu(&self, m: usize, n: usize, k: usize) -> bool {
-        m > 16 || (16 / gemm_segments(n, k, self.gemm)).is_multiple_of(2)
+        match self.natural(n, k) {
+            true => m > STREAM_ROWS && n.is_multiple_of(16),
+            false => m > 16 || (16 / gemm_segments(n, k, self.gemm)).is_multiple_of(2),
+        }
     }
 
     /// act[m x n/2] = SwiGLU of gate and up as bf16, their rows of `w` stacked by `gate_up_order`; no f32 output.
-    pub fn gemm_swiglu(&self, a: DevPtr, w: DevPtr, act: DevPtr, m: usize, n: usize, k: usize) -> Result<(), GpuError> {
+    pub fn gemm_swiglu(
+        &self,
+        a: DevPtr,
+        w: DevPtr,
+        act: DevPtr,
+        (m, n, k): (usize, usize, usize),
+        scratch: &GemmScratch,
+    ) -> Result<(), GpuError> {
         assert!(self.fuses_swiglu(m, n, k) && n.is_multiple_of(16), "gemm_swiglu: {m} x {n} x {k} cannot fuse");
-        self.gemm_launch(a, w, 0, 0, act, m, n, k, None)
+        self.gemm_launch(a, w, 0, 0, act, (m, n, k), None, scratch)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -130,11 +138,14 @@ impl Gpu {
         bias: DevPtr,
         c: DevPtr,
         act: DevPtr,
-        m: usize,
-        n: usize,
-        k: usize,
+        (m, n, k): (usize, usize, usize),
         norm: Option<&NormIn>,
+        scratch: &GemmScratch,
     ) -> Result<(), GpuError> {
+        if self.natural(n, k) {
+            assert!(norm.is_none(), "gemm: the family folds no norm");
+            return self.family_gemm(a, w, bias, c, act, (m, n, k), scratch);
+        }
         assert!(k.is_multiple_of(32), "gemm: K = {k} is not a multiple of 32");
         let segments = gemm_segments(n, k, self.gemm);
         // Narrow kernels: 16 warps, one per (8-column tile, segment); the tiled ones: 8 warps over 128 columns; the

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 mod attention;
 mod conv;
+mod family;
 mod gemm;
 mod nccl;
 mod pack;
@@ -19,6 +20,7 @@ mod vmm;
 pub use crate::cuda_pack::{gate_up_order, gemm_segments, pack_weight, packed_index, packed_rows, GemmTuning, Graph};
 pub use attention::{attention_group_rows, AttentionArgs, QkvArgs, ATTENTION_SPLIT, HEAD_DIMS};
 pub use conv::{ConvLaunch, Windows};
+pub use family::{family_segments, family_workspace, GemmScratch, GEMM_COUNTERS, STREAM_ROWS};
 pub use gemm::NormIn;
 pub use nccl::NcclComm;
 pub use pack::{packed_vector, Event, PackPlace};
@@ -29,12 +31,14 @@ pub use vmm::{Mapped, Physical, Vmm};
 pub type DevPtr = u64;
 
 /// The kernel sources, one file per family of operations, compiled together as one module.
-pub const SOURCES: [(&str, &str); 9] = [
+pub const SOURCES: [(&str, &str); 11] = [
     ("prelude.cu", include_str!("../../cuda/prelude.cu")),
     ("norm.cu", include_str!("../../cuda/norm.cu")),
     ("gemm.cu", include_str!("../../cuda/gemm.cu")),
     ("gemm_tiled.cu", include_str!("../../cuda/gemm_tiled.cu")),
     ("gemm_wgmma.cu", include_str!("../../cuda/gemm_wgmma.cu")),
+    ("gemm_tma.cu", include_str!("../../cuda/gemm_tma.cu")),
+    ("gemm_stream.cu", include_str!("../../cuda/gemm_stream.cu")),
     ("attention.cu", include_str!("../../cuda/attention.cu")),
     ("sampling.cu", include_str!("../../cuda/sampling.cu")),
     ("pack.cu", include_str!("../../cuda/pack.cu")),
@@ -91,6 +95,8 @@ struct Functions {
     gemm_t64: CudaFunction,
     /// The wgmma kernel for wide rounds, where the GPU has it and `KernelOptions::wgmma` asks for it.
     gemm_wg128: Option<CudaFunction>,
+    /// The exact Hopper family (gemm_tma.cu, gemm_stream.cu), where the GPU has it and `KernelOptions::family` asks.
+    family: Option<family::Family>,
     qkv_rope_store: CudaFunction,
     /// `attention_d{D}` for each of `HEAD_DIMS`.
     attention: [CudaFunction; 4],
@@ -117,6 +123,8 @@ enum Arg {
     Int(i32),
     Float(f32),
     Double(f64),
+    /// A CUtensorMap, passed as its 128 bytes.
+    Map([u64; 16]),
 }
 
 /// One GPU: its context, the stream every kernel and copy runs on, and the loaded kernels.
@@ -127,6 +135,8 @@ pub struct Gpu {
     /// Whether the round being queued has at most `OVERLAP_ROWS` rows.
     narrow: AtomicBool,
     gemm: GemmTuning,
+    /// Tensor maps of the family's operands, encoded once each.
+    maps: std::sync::Mutex<family::MapCache>,
 }
 
 /// How the kernels are launched; chosen once when the GPU is opened.
@@ -137,11 +147,13 @@ pub struct KernelOptions {
     /// Wide rounds multiply on the warpgroup MMA of an sm_90 GPU (gemm_wgmma.cu), with the same bits.
     pub wgmma: bool,
     pub gemm: GemmTuning,
+    /// Every weight whose K is a multiple of 64 multiplies on the exact Hopper family (TMA, wgmma) on an sm_90a GPU.
+    pub family: bool,
 }
 
 impl Default for KernelOptions {
     fn default() -> Self {
-        KernelOptions { overlap: true, wgmma: false, gemm: GemmTuning::default() }
+        KernelOptions { overlap: true, wgmma: false, gemm: GemmTuning::default(), family: true }
     }
 }
 
@@ -219,6 +231,7 @@ impl Gpu {
         let arch = if (major, minor) == (9, 0) { "sm_90a".to_string() } else { format!("sm_{major}{minor}") };
         let module = ctx.load_module(Ptx::from_src(cached_ptx(&arch, cache_dir)?))?;
         let load = |name: &str| module.load_function(name);
+        let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
         let f = Functions {
             embed_rows: load("embed_rows")?,
             rms_norm: load("rms_norm")?,
@@ -236,6 +249,10 @@ impl Gpu {
             gemm_t64: load("gemm_t64")?,
             gemm_wg128: match options.wgmma && arch == "sm_90a" {
                 true => Some(load("gemm_wg128")?),
+                false => None,
+            },
+            family: match options.family && arch == "sm_90a" {
+                true => Some(family::Family::load(&module, sms)?),
                 false => None,
             },
             qkv_rope_store: load("qkv_rope_store")?,
@@ -263,7 +280,8 @@ impl Gpu {
         }
         // Graph capture needs a stream of our own, not the legacy default one.
         let stream = ctx.new_stream()?;
-        Ok(Arc::new(Gpu { ctx, stream, f, narrow: AtomicBool::new(false), gemm: options.gemm }))
+        let maps = Default::default();
+        Ok(Arc::new(Gpu { ctx, stream, f, narrow: AtomicBool::new(false), gemm: options.gemm, maps }))
     }
 
     pub fn name(&self) -> String {
@@ -364,16 +382,18 @@ impl Gpu {
         smem: u32,
         args: &[Arg],
     ) -> Result<(), GpuError> {
-        let mut slots: Vec<u64> = args
+        // Each argument's bytes: one slot for a scalar, sixteen for a tensor map.
+        let mut slots: Vec<[u64; 16]> = args
             .iter()
             .map(|a| match *a {
-                Arg::Ptr(p) => p,
-                Arg::Int(v) => v as u32 as u64,
-                Arg::Float(v) => v.to_bits() as u64,
-                Arg::Double(v) => v.to_bits(),
+                Arg::Ptr(p) => [p; 16],
+                Arg::Int(v) => [v as u32 as u64; 16],
+                Arg::Float(v) => [v.to_bits() as u64; 16],
+                Arg::Double(v) => [v.to_bits(); 16],
+                Arg::Map(m) => m,
             })
             .collect();
-        let mut params: Vec<*mut std::ffi::c_void> = slots.iter_mut().map(|s| (s as *mut u64).cast()).collect();
+        let mut params: Vec<*mut std::ffi::c_void> = slots.iter_mut().map(|s| s.as_mut_ptr().cast()).collect();
         // SAFETY: a zeroed attribute is valid plain data; its id and value are set before use.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
         attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -397,9 +417,17 @@ impl Gpu {
         Ok(())
     }
 
-    /// x[r] = table[tokens[r]] as f32, for `rows` rows of width `h`; the table is packed by `pack_weight`.
-    pub fn embed_rows(&self, table: DevPtr, tokens: DevPtr, x: DevPtr, rows: usize, h: usize) -> Result<(), GpuError> {
-        let args = [Arg::Ptr(table), Arg::Ptr(tokens), Arg::Ptr(x), Arg::Int(h as i32)];
+    /// x[r] = table[tokens[r]] as f32, for `rows` rows of width `h`; the table is laid out as a `vocab x h` weight
+    /// (packed by `pack_weight`, or row-major where `natural`).
+    pub fn embed_rows(
+        &self,
+        table: DevPtr,
+        tokens: DevPtr,
+        x: DevPtr,
+        (rows, vocab, h): (usize, usize, usize),
+    ) -> Result<(), GpuError> {
+        let natural = Arg::Int(self.natural(vocab, h) as i32);
+        let args = [Arg::Ptr(table), Arg::Ptr(tokens), Arg::Ptr(x), Arg::Int(h as i32), natural];
         self.launch(&self.f.embed_rows, (rows, 1, 1), 256, 0, &args)
     }
 

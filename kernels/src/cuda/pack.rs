@@ -33,10 +33,15 @@ impl PackPlace {
     }
 }
 
-/// The 16-byte vector of the packed matrix that vector `v` of rows `row0..` (k values each) lands on: pack.cu's formula.
-pub fn packed_vector(place: PackPlace, row0: usize, k: usize, v: usize) -> usize {
+/// The 16-byte vector of the packed matrix (row-major where `natural`) that vector `v` of rows `row0..` (k values
+/// each) lands on: pack.cu's formula.
+pub fn packed_vector(place: PackPlace, row0: usize, k: usize, v: usize, natural: bool) -> usize {
     let per_row = k / 8;
-    packed_index(place.dest_row(row0 + v / per_row), (v % per_row) * 8, k) / 8
+    let (row, i) = (place.dest_row(row0 + v / per_row), (v % per_row) * 8);
+    match natural {
+        true => (row * k + i) / 8,
+        false => packed_index(row, i, k) / 8,
+    }
 }
 
 /// A point in the stream's queued work, to wait for from the host.
@@ -51,7 +56,8 @@ impl Event {
 
 impl Gpu {
     /// Queues the copy of `rows` row-major bf16 rows of `k` at `src`, rows `row0..` of one weight, into the packed
-    /// matrix at `dst`, each where `place` puts it; `dst` must hold every row they land on.
+    /// matrix at `dst` (row-major where `natural`), each where `place` puts it; `dst` must hold every row they land on.
+    #[allow(clippy::too_many_arguments)]
     pub fn pack_rows(
         &self,
         src: DevPtr,
@@ -60,6 +66,7 @@ impl Gpu {
         k: usize,
         row0: usize,
         place: PackPlace,
+        natural: bool,
     ) -> Result<(), GpuError> {
         assert!(k.is_multiple_of(32), "pack_rows: K = {k} is not a multiple of 32");
         assert!(src.is_multiple_of(16) && dst.is_multiple_of(16), "pack_rows: buffers must be 16-byte aligned");
@@ -68,7 +75,8 @@ impl Gpu {
         }
         let (base, stride) = place.base_stride();
         let dims = [rows, k, row0, base, stride].map(|v| Arg::Int(i32::try_from(v).expect("pack_rows: too large")));
-        let args = [Arg::Ptr(src), Arg::Ptr(dst), dims[0], dims[1], dims[2], dims[3], dims[4]];
+        let args =
+            [Arg::Ptr(src), Arg::Ptr(dst), dims[0], dims[1], dims[2], dims[3], dims[4], Arg::Int(natural as i32)];
         let threads = 256;
         self.launch(&self.f.pack_rows, ((rows * k / 8).div_ceil(threads), 1, 1), threads as u32, 0, &args)
     }
@@ -97,7 +105,8 @@ mod tests {
             let (r, i) = (row0 + v / (k / 8), (v % (k / 8)) * 8);
             for j in 0..8 {
                 let want = packed_index(dest(r), i + j, k);
-                assert_eq!(8 * packed_vector(place, row0, k, v) + j, want, "{place:?} row {r} value {}", i + j);
+                assert_eq!(8 * packed_vector(place, row0, k, v, false) + j, want, "{place:?} row {r} value {}", i + j);
+                assert_eq!(8 * packed_vector(place, row0, k, v, true) + j, dest(r) * k + i + j, "natural row {r}");
             }
         }
     }
@@ -131,6 +140,7 @@ mod tests {
             "const u64 r = (u64)row0 + v / per_row, i = (v % per_row) * 8;",
             "const u64 dest = (u64)base + (r / 8) * (u64)stride + r % 8;",
             "dst[(((dest / 8) * ((u64)k / 32) + i / 32) * 256 + (dest % 8) * 32 + i % 32) / 8] = src[v];",
+            "dst[(dest * (u64)k + i) / 8] = src[v];",
         ];
         for line in lines {
             assert!(src.contains(line), "pack.cu no longer has `{line}`: update packed_vector with it");

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
 use crate::memory::{Alloc, Held, MemoryKind};
 use tensorfold_kernels::cuda::{
-    attention_group_rows, DevPtr, Gpu, GpuError, Graph, KernelOptions, ATTENTION_SPLIT, HEAD_DIMS, MAX_GROUP,
+    attention_group_rows, family_workspace, DevPtr, GemmScratch, Gpu, GpuError, Graph, KernelOptions, ATTENTION_SPLIT,
+    GEMM_COUNTERS, HEAD_DIMS, MAX_GROUP,
 };
 
 use crate::checkpoint::Checkpoint;
@@ -72,6 +73,8 @@ struct Scratch {
     partial: DevPtr,
     tickets: DevPtr,
     nsplit: usize,
+    /// The GEMM family's workspace and arrival counters.
+    gemm: GemmScratch,
 }
 
 /// Byte offsets of the per-round tables inside the meta buffer and its pinned host copy.
@@ -304,6 +307,22 @@ impl CudaLlama {
         let zeros = vec![0u32; SPLIT_ROWS * c.num_kv_heads];
         let tickets = up.buffer(act, 4 * zeros.len())?;
         shared.upload(tickets, &zeros).map_err(gpu_err)?;
+        let shapes = [(width, h), (h, q_dim), (2 * f, h), (h, f), (c.vocab_size, h)];
+        let natural = shapes.iter().filter(|&&(n, k)| shared.natural(n, k));
+        let ws_floats = natural.map(|&(n, k)| family_workspace(n, k)).max().unwrap_or(0);
+        let gemm_bytes = match ws_floats {
+            0 => 0,
+            floats => 4 * floats + 4 * GEMM_COUNTERS,
+        };
+        let gemm = match gemm_bytes {
+            0 => GemmScratch::default(),
+            _ => {
+                let ws = up.buffer(act, 4 * ws_floats)?;
+                let counters = up.buffer(act, 4 * GEMM_COUNTERS)?;
+                shared.upload(counters, &vec![0u32; GEMM_COUNTERS]).map_err(gpu_err)?;
+                GemmScratch { ws, ws_floats, counters }
+            }
+        };
         let scratch = Scratch {
             x,
             x_spare,
@@ -320,12 +339,16 @@ impl CudaLlama {
             partial,
             tickets,
             nsplit,
+            gemm,
         };
         let staging_bytes = meta.end + 4 * t * c.vocab_size;
         let staging =
             (up.alloc)(MemoryKind::PinnedHost, staging_bytes).map_err(|e| LoadError::Device(e.to_string()))?;
-        let activation_bytes =
-            sizes.iter().chain(&keep_sizes).sum::<usize>() + nsplit * state_bytes + 4 * zeros.len() + staging_bytes;
+        let activation_bytes = sizes.iter().chain(&keep_sizes).sum::<usize>()
+            + nsplit * state_bytes
+            + 4 * zeros.len()
+            + staging_bytes
+            + gemm_bytes;
         let net = Net { cfg: c, gpu, sizing, embed, layers, norm, lm_head, inv_freq, scratch, meta, collective: None };
         let graphs = HashMap::new();
         Ok(CudaLlama { net, staging, graphs, options, weight_bytes, activation_bytes, _held: up.held })

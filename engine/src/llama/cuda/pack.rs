@@ -81,15 +81,26 @@ pub(super) fn read<'a>(
 }
 
 /// Packs `n` rows of `k` columns in the GEMM's 8 x 32 tiles (rows padded to a multiple of 8), as
-/// `tensorfold_kernels::cuda::pack_weight` lays them out; row `r` is row `source(r).1` of part `source(r).0`.
+/// `tensorfold_kernels::cuda::pack_weight` lays them out, or row-major where `natural`; row `r` is row
+/// `source(r).1` of part `source(r).0`.
 pub(super) fn pack_rows(
     parts: &[Rows],
     n: usize,
     k: usize,
+    natural: bool,
     source: impl Fn(usize) -> (usize, usize) + Sync,
 ) -> Vec<bf16> {
     assert!(k.is_multiple_of(32), "pack_rows: K = {k} is not a multiple of 32");
     let mut out = vec![bf16::ZERO; packed_rows(n) * k];
+    if natural {
+        out.par_chunks_mut(k).take(n).enumerate().for_each(|(row, dst)| {
+            let (part, part_row) = source(row);
+            for (kb, chunk) in dst.chunks_mut(32).enumerate() {
+                parts[part].copy(part_row, kb * 32, chunk);
+            }
+        });
+        return out;
+    }
     out.par_chunks_mut(8 * k).enumerate().for_each(|(group, tiles)| {
         for (kb, tile) in tiles.chunks_mut(256).enumerate() {
             for (r, dst) in tile.chunks_mut(32).enumerate() {
@@ -129,8 +140,11 @@ mod tests {
         let read = [Rows::F32(values.iter().map(|v| v.to_f32()).collect(), n, k)];
         let want = pack_weight(&values, n, k);
         let bits = |v: &[bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&pack_rows(&stored, n, k, |r| (0, r))), bits(&want));
-        assert_eq!(bits(&pack_rows(&read, n, k, |r| (0, r))), bits(&want));
+        assert_eq!(bits(&pack_rows(&stored, n, k, false, |r| (0, r))), bits(&want));
+        assert_eq!(bits(&pack_rows(&read, n, k, false, |r| (0, r))), bits(&want));
+        let natural = bits(&pack_rows(&stored, n, k, true, |r| (0, r)));
+        assert_eq!(natural[..n * k], bits(&values)[..], "row-major rows as stored");
+        assert_eq!(natural[n * k..], vec![0; 3 * k][..], "the padding rows are zero");
     }
 
     #[test]
@@ -149,8 +163,9 @@ mod tests {
             let from = if p == 0 { &g } else { &u };
             dst.iter_mut().zip(&from[pr * k..]).for_each(|(d, &v)| *d = bf16::from_f32(v));
         }
-        assert_eq!(pack_rows(&parts, 2 * f, k, order), pack_weight(&rows, 2 * f, k));
+        assert_eq!(pack_rows(&parts, 2 * f, k, false, order), pack_weight(&rows, 2 * f, k));
+        assert_eq!(pack_rows(&parts, 2 * f, k, true, order), rows);
         let stacked_rows: Vec<bf16> = g.iter().chain(&u).map(|&v| bf16::from_f32(v)).collect();
-        assert_eq!(pack_rows(&parts, 2 * f, k, |r| stacked(&parts, r)), pack_weight(&stacked_rows, 2 * f, k));
+        assert_eq!(pack_rows(&parts, 2 * f, k, false, |r| stacked(&parts, r)), pack_weight(&stacked_rows, 2 * f, k));
     }
 }

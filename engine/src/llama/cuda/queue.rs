@@ -1,6 +1,6 @@
 //! The kernels of one round, queued on the GPU's stream: the steps of `forward` as launches.
 
-use tensorfold_kernels::cuda::{AttentionArgs, DevPtr, Gpu, GpuError, NormIn, QkvArgs};
+use tensorfold_kernels::cuda::{AttentionArgs, DevPtr, GpuError, NormIn, QkvArgs};
 
 use super::{Caches, Net, SPLIT_BLOCKS, SPLIT_ROWS};
 use crate::llama::forward::{forward, LayerNorm, LlamaSteps};
@@ -44,7 +44,7 @@ impl Net {
             n,
             groups,
             fuse_rope,
-            fold: fold && Gpu::folds_norm(t, h),
+            fold: fold && self.gpu.folds_norm(t, h),
             swiglu: self.gpu.fuses_swiglu(t, 2 * f, h),
             res: Residual { x: self.scratch.x, spare: self.scratch.x_spare },
             pending: 0,
@@ -109,7 +109,8 @@ impl LlamaSteps for GpuPass<'_> {
     fn embed(&mut self) -> Result<(), GpuError> {
         let (g, s) = (&*self.m.gpu, &self.m.scratch);
         g.begin_round(self.t);
-        g.embed_rows(self.m.embed, self.at(self.m.meta.tokens), s.x, self.t, self.m.cfg.hidden_size)
+        let dims = (self.t, self.m.cfg.vocab_size, self.m.cfg.hidden_size);
+        g.embed_rows(self.m.embed, self.at(self.m.meta.tokens), s.x, dims)
     }
 
     fn norm(&mut self, li: usize, which: LayerNorm) -> Result<(), GpuError> {
@@ -134,10 +135,10 @@ impl LlamaSteps for GpuPass<'_> {
         let (g, s, c, l) = (&*self.m.gpu, &self.m.scratch, &self.m.cfg, &self.m.layers[li]);
         let (h, width) = (c.hidden_size, (c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
         if !self.fold {
-            return g.gemm(s.normed, l.qkv, l.qkv_bias, s.qkv, self.t, width, h);
+            return g.gemm(s.normed, l.qkv, l.qkv_bias, s.qkv, (self.t, width, h), &s.gemm);
         }
         let norm = self.res.norm(std::mem::take(&mut self.pending), self.norm_w, c.rms_eps);
-        g.gemm_norm(&norm, l.qkv, l.qkv_bias, s.qkv, 0, self.t, width, h)
+        g.gemm_norm(&norm, l.qkv, l.qkv_bias, s.qkv, 0, (self.t, width, h))
     }
 
     fn rope_store(&mut self, li: usize) -> Result<(), GpuError> {
@@ -179,7 +180,8 @@ impl LlamaSteps for GpuPass<'_> {
 
     fn o_proj(&mut self, li: usize) -> Result<(), GpuError> {
         let (c, s, l) = (&self.m.cfg, &self.m.scratch, &self.m.layers[li]);
-        self.m.gpu.gemm(s.attn, l.o, l.o_bias, s.proj, self.t, c.hidden_size, c.num_heads * c.head_dim)
+        let dims = (self.t, c.hidden_size, c.num_heads * c.head_dim);
+        self.m.gpu.gemm(s.attn, l.o, l.o_bias, s.proj, dims, &s.gemm)
     }
 
     fn gate_up(&mut self, li: usize) -> Result<(), GpuError> {
@@ -188,11 +190,11 @@ impl LlamaSteps for GpuPass<'_> {
         let (out, act) = if self.swiglu { (0, s.act) } else { (s.gate_up, 0) };
         if self.fold {
             let norm = self.res.norm(std::mem::take(&mut self.pending), self.norm_w, c.rms_eps);
-            g.gemm_norm(&norm, l.gate_up, 0, out, act, t, 2 * f, h)?;
+            g.gemm_norm(&norm, l.gate_up, 0, out, act, (t, 2 * f, h))?;
         } else if self.swiglu {
-            g.gemm_swiglu(s.normed, l.gate_up, s.act, t, 2 * f, h)?;
+            g.gemm_swiglu(s.normed, l.gate_up, s.act, (t, 2 * f, h), &s.gemm)?;
         } else {
-            g.gemm(s.normed, l.gate_up, 0, s.gate_up, t, 2 * f, h)?;
+            g.gemm(s.normed, l.gate_up, 0, s.gate_up, (t, 2 * f, h), &s.gemm)?;
         }
         match self.swiglu {
             true => Ok(()),
@@ -202,7 +204,7 @@ impl LlamaSteps for GpuPass<'_> {
 
     fn down(&mut self, li: usize) -> Result<(), GpuError> {
         let (c, s, l) = (&self.m.cfg, &self.m.scratch, &self.m.layers[li]);
-        self.m.gpu.gemm(s.act, l.down, 0, s.proj, self.t, c.hidden_size, c.intermediate_size)
+        self.m.gpu.gemm(s.act, l.down, 0, s.proj, (self.t, c.hidden_size, c.intermediate_size), &s.gemm)
     }
 
     fn reduce(&mut self) -> Result<(), GpuError> {
@@ -228,7 +230,7 @@ impl LlamaSteps for GpuPass<'_> {
             return Ok(());
         }
         g.rms_norm(self.res.x, self.at(self.m.meta.rows), self.n, self.m.norm, s.normed, h, c.rms_eps)?;
-        g.gemm(s.normed, self.m.lm_head, 0, s.logits, self.n, c.vocab_size, h)
+        g.gemm(s.normed, self.m.lm_head, 0, s.logits, (self.n, c.vocab_size, h), &s.gemm)
     }
 }
 

@@ -71,7 +71,7 @@ impl<'a, 'b> Uploader<'a, 'b> {
         Ok(ptr)
     }
 
-    /// Packs `n` rows in the GEMM's tiles on the host (row `r` from `source(r)`) and uploads them.
+    /// Lays `n` rows out for the GEMM on the host (row `r` from `source(r)`) and uploads them.
     fn packed(
         &mut self,
         parts: &[Rows],
@@ -79,7 +79,8 @@ impl<'a, 'b> Uploader<'a, 'b> {
         source: impl Fn(usize) -> (usize, usize) + Sync,
     ) -> Result<DevPtr, LoadError> {
         let started = Instant::now();
-        let data = pack_rows(parts, n, parts.first().map_or(0, Rows::cols), source);
+        let k = parts.first().map_or(0, Rows::cols);
+        let data = pack_rows(parts, n, k, self.gpu.natural(n, k), source);
         self.pack_time += started.elapsed();
         self.upload(&data)
     }
@@ -147,8 +148,9 @@ impl<'a, 'b> Uploader<'a, 'b> {
         self.bytes += bytes;
         self.gpu_packed_bytes += bytes;
         let dst = self.buffer(MemoryKind::Weights, bytes)?;
+        let natural = self.gpu.natural(n, k);
         let ring = self.ring.as_mut().expect("the ring is open");
-        ring.pack(&stored, places, n, dst).map_err(gpu_err)?;
+        ring.pack(&stored, places, n, natural, dst).map_err(gpu_err)?;
         Ok(Some(dst))
     }
 
@@ -225,8 +227,16 @@ impl<'a> Ring<'a> {
         Ok(Ring { gpu, slots, next: 0, stage_time: Duration::ZERO, wait_time: Duration::ZERO })
     }
 
-    /// Queues `parts` (k bf16 values a row) into the packed `n`-row matrix at `dst`, each where `places` puts it.
-    fn pack(&mut self, parts: &[Bf16Rows], places: &[PackPlace], n: usize, dst: DevPtr) -> Result<(), GpuError> {
+    /// Queues `parts` (k bf16 values a row) into the packed (or `natural`) `n`-row matrix at `dst`, each where
+    /// `places` puts it.
+    fn pack(
+        &mut self,
+        parts: &[Bf16Rows],
+        places: &[PackPlace],
+        n: usize,
+        natural: bool,
+        dst: DevPtr,
+    ) -> Result<(), GpuError> {
         let k = parts[0].cols;
         self.gpu.bind()?;
         if let Some((at, len)) = padding(n, k) {
@@ -239,7 +249,7 @@ impl<'a> Ring<'a> {
                 to.par_chunks_mut(COPY_BYTES).zip(from.par_chunks(COPY_BYTES)).for_each(|(d, s)| d.copy_from_slice(s))
             };
             let staging = self.stage(from.len(), fill, None)?;
-            self.gpu.pack_rows(staging, dst, c.rows, k, c.row0, c.place)?;
+            self.gpu.pack_rows(staging, dst, c.rows, k, c.row0, c.place, natural)?;
             self.mark()?;
         }
         Ok(())
@@ -301,7 +311,7 @@ fn chunks(parts: &[(usize, PackPlace)], k: usize, slot_bytes: usize) -> Vec<Chun
 }
 
 /// The byte offset and length of an `n x k` packed matrix's last 8-row group where it holds padding rows, which
-/// must be zero: the group is zeroed before its rows land.
+/// must be zero: the group is zeroed before its rows land. Both layouts keep each 8-row group in its own bytes.
 fn padding(n: usize, k: usize) -> Option<(usize, usize)> {
     let padded = packed_rows(n);
     (padded > n).then(|| (2 * (padded - 8) * k, 2 * 8 * k))
@@ -314,7 +324,7 @@ mod tests {
 
     /// What the ring and the kernel leave on the GPU, done on the host: memory that is not zero, the padding
     /// zeroed, then each trip's 16-byte vectors where the kernel puts them.
-    fn on_host(parts: &[Bf16Rows], places: &[PackPlace], n: usize, slot_bytes: usize) -> Vec<u16> {
+    fn on_host(parts: &[Bf16Rows], places: &[PackPlace], n: usize, slot_bytes: usize, natural: bool) -> Vec<u16> {
         let k = parts[0].cols;
         let mut out = vec![0xdead_u16; packed_rows(n) * k];
         if let Some((at, len)) = padding(n, k) {
@@ -324,7 +334,7 @@ mod tests {
         for c in chunks(&sizes, k, slot_bytes) {
             let staged = &parts[c.part].bytes[2 * k * c.row0..2 * k * (c.row0 + c.rows)];
             for (v, vector) in staged.chunks_exact(16).enumerate() {
-                let at = 8 * packed_vector(c.place, c.row0, k, v);
+                let at = 8 * packed_vector(c.place, c.row0, k, v, natural);
                 for (j, pair) in vector.chunks_exact(2).enumerate() {
                     out[at + j] = u16::from_le_bytes([pair[0], pair[1]]);
                 }
@@ -351,9 +361,12 @@ mod tests {
             stored.iter().map(|b| Bf16Rows { rows: b.len() / (2 * k), cols: k, bytes: b }).collect();
         let rows: Vec<Rows> = parts.iter().map(|&b| Rows::Bf16(b)).collect();
         let n = 22;
-        let want = bits(&pack_rows(&rows, n, k, |r| stacked(&rows, r)));
-        for slot_rows in [1, 3, 8, 64] {
-            assert_eq!(on_host(&parts, &stacked_places(&rows), n, slot_rows * 2 * k), want, "{slot_rows} rows a trip");
+        for natural in [false, true] {
+            let want = bits(&pack_rows(&rows, n, k, natural, |r| stacked(&rows, r)));
+            for slot_rows in [1, 3, 8, 64] {
+                let got = on_host(&parts, &stacked_places(&rows), n, slot_rows * 2 * k, natural);
+                assert_eq!(got, want, "{slot_rows} rows a trip, natural {natural}");
+            }
         }
     }
 
@@ -367,10 +380,12 @@ mod tests {
             src if src < f => (0, src),
             src => (1, src - f),
         };
-        let want = bits(&pack_rows(&rows, 2 * f, k, order));
-        for slot_rows in [1, 5, 16, 100] {
-            let got = on_host(&parts, &[PackPlace::Gate, PackPlace::Up], 2 * f, slot_rows * 2 * k);
-            assert_eq!(got, want, "{slot_rows} rows a trip");
+        for natural in [false, true] {
+            let want = bits(&pack_rows(&rows, 2 * f, k, natural, order));
+            for slot_rows in [1, 5, 16, 100] {
+                let got = on_host(&parts, &[PackPlace::Gate, PackPlace::Up], 2 * f, slot_rows * 2 * k, natural);
+                assert_eq!(got, want, "{slot_rows} rows a trip, natural {natural}");
+            }
         }
     }
 
