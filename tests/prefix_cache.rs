@@ -1,5 +1,6 @@
 //! The prefix cache end to end on the default model: a prompt resumed from cached pages gives, bit for bit, what it
-//! gives fresh (`"cache": false`), at every page boundary, greedy and seeded, among other lanes, after eviction.
+//! gives fresh (`"cache": false`), at every page boundary and inside a cached partial page, greedy and seeded, among
+//! other lanes, after eviction.
 
 mod common;
 
@@ -51,6 +52,11 @@ fn gauge(server: &Server, name: &str) -> f64 {
     server.metrics().get(name).copied().unwrap_or_else(|| panic!("no {name} in /metrics"))
 }
 
+/// A counter's value, 0 before anything counted.
+fn counter(server: &Server, name: &str) -> f64 {
+    server.metrics().get(name).copied().unwrap_or(0.0)
+}
+
 #[test]
 fn test_a_prompt_resumed_from_cached_pages_equals_it_fresh_at_every_page_boundary() {
     let server = Server::start(&["--parallel", "8"]);
@@ -60,11 +66,11 @@ fn test_a_prompt_resumed_from_cached_pages_equals_it_fresh_at_every_page_boundar
             let ids = prompt(300 + 2 * k as u32 + seeded as u32, PAGES * PAGE + TAIL, k as u64);
             let (fresh, cached) = complete(&server, &body(&server, &ids, seeded, Some(false), 24));
             assert_eq!(cached, 0, "\"cache\": false");
-            // A shorter prompt caches the target's first k pages, and only those.
+            // A shorter prompt caches the target's first k pages and 5 ids past them, and only those.
             let (_, cached) = complete(&server, &body(&server, &ids[..k * PAGE + 5], seeded, None, 1));
             assert_eq!(cached, 0, "nothing of this prompt was cached yet");
             let (resumed, cached) = complete(&server, &body(&server, &ids, seeded, None, 24));
-            assert_eq!(cached, (k * PAGE) as u64, "the target resumes after its first {k} pages");
+            assert_eq!(cached, (k * PAGE + 5) as u64, "the target resumes 5 ids after its first {k} pages");
             assert_eq!(resumed, fresh, "resumed after {k} pages, seeded {seeded}");
             targets.push((ids, seeded, fresh));
         }
@@ -84,7 +90,7 @@ fn test_a_prompt_resumed_from_cached_pages_equals_it_fresh_at_every_page_boundar
             .collect();
         for (handle, (ids, seeded, fresh)) in handles.into_iter().zip(&targets) {
             let (resumed, cached) = handle.join().expect("a request thread panicked");
-            assert_eq!(cached, (PAGES * PAGE) as u64);
+            assert_eq!(cached, (PAGES * PAGE + TAIL - 1) as u64, "all but the last id");
             assert_eq!(&resumed, fresh, "among other lanes: {} ids, seeded {seeded}", ids.len());
         }
     });
@@ -95,8 +101,8 @@ fn test_a_prompt_resumed_from_cached_pages_equals_it_fresh_at_every_page_boundar
 
 #[test]
 fn test_a_prompt_evicted_from_the_cache_and_cached_again_still_equals_it_fresh() {
-    // Room for four pages: each target's own pages push the others out.
-    let server = Server::start(&["--prefix-cache-tokens", "64"]);
+    // Room for five pages: each target's own pages, the last one partial, push the others out.
+    let server = Server::start(&["--prefix-cache-tokens", "80"]);
     let targets: Vec<Vec<u32>> = (0..3).map(|i| prompt(700 + i, 4 * PAGE + TAIL, 50 + i as u64)).collect();
     let fresh: Vec<Value> =
         targets.iter().map(|ids| complete(&server, &body(&server, ids, true, Some(false), 20)).0).collect();
@@ -105,9 +111,9 @@ fn test_a_prompt_evicted_from_the_cache_and_cached_again_still_equals_it_fresh()
             let (first, cached) = complete(&server, &body(&server, ids, true, None, 20));
             assert_eq!(cached, 0, "round {round}: the previous target evicted this one");
             let (again, cached) = complete(&server, &body(&server, ids, true, None, 20));
-            assert_eq!(cached, (4 * PAGE) as u64, "round {round}: cached again");
+            assert_eq!(cached, (4 * PAGE + TAIL - 1) as u64, "round {round}: cached again");
             assert_eq!((&first, &again), (fresh, fresh), "round {round}");
-            assert!(gauge(&server, "tensorfold_kv_pages_cached") <= 4.0);
+            assert!(gauge(&server, "tensorfold_kv_pages_cached") <= 5.0);
         }
     }
 }
@@ -123,6 +129,10 @@ fn test_cancelled_requests_sharing_prefixes_return_every_page() {
         .map(|i| {
             let mut ids = shared[..(1 + rng.below(3) as usize) * PAGE].to_vec();
             ids.extend(prompt(900 + i, 1 + rng.below(20) as usize, i as u64));
+            // Some repeat the shared prompt whole, so they take its cached partial page one at a time.
+            if i % 6 == 0 {
+                ids = shared.clone();
+            }
             (Duration::from_millis(rng.below(600)), rng.below(5), ids)
         })
         .collect();
@@ -155,4 +165,70 @@ fn test_cancelled_requests_sharing_prefixes_return_every_page() {
     let (resumed, hit) = complete(&server, &body(&server, &shared, false, None, 12));
     assert!(hit > 0, "the shared prefix stayed cached");
     assert_eq!(resumed, reference, "the shared prompt after the storm");
+}
+
+#[test]
+fn test_a_repeated_prompt_prefills_only_its_last_token_and_equals_it_fresh() {
+    let server = Server::start(&[]);
+    for len in [9, PAGE, 25, 2 * PAGE, 2 * PAGE + 1] {
+        for seeded in [false, true] {
+            let ids = prompt(1000 + 2 * len as u32 + seeded as u32, len, len as u64);
+            let (fresh, cached) = complete(&server, &body(&server, &ids, seeded, Some(false), 16));
+            assert_eq!(cached, 0, "\"cache\": false");
+            for round in 0..3 {
+                let hits = counter(&server, "tensorfold_prefix_cache_hits_total");
+                let (again, cached) = complete(&server, &body(&server, &ids, seeded, None, 16));
+                let expected = if round == 0 { 0 } else { len - 1 };
+                assert_eq!(cached, expected as u64, "{len} ids, round {round}: all but the last from the cache");
+                assert_eq!(counter(&server, "tensorfold_prefix_cache_hits_total") - hits, expected as f64);
+                assert_eq!(again, fresh, "{len} ids, seeded {seeded}, round {round}");
+            }
+        }
+    }
+}
+
+#[test]
+fn test_prompts_that_share_a_cached_partial_page_each_equal_themselves_fresh() {
+    let server = Server::start(&["--parallel", "8"]);
+    let a = prompt(1100, PAGE + TAIL, 3);
+    // b shares a's first page and 4 ids of its partial page, then writes its own ids over the rest of that page.
+    let b = [&a[..PAGE + 4], &prompt(1101, 14, 4)[..]].concat();
+    // c is a and more: it extends a's partial page.
+    let c = [&a[..], &prompt(1102, 10, 5)[..]].concat();
+    let prompts = [&a, &b, &c];
+    let fresh: Vec<Vec<Value>> = [false, true]
+        .iter()
+        .map(|&seeded| {
+            prompts.iter().map(|ids| complete(&server, &body(&server, ids, seeded, Some(false), 16)).0).collect()
+        })
+        .collect();
+    // One after another: b takes a's partial page and fills it with its own ids, so a computes its tail again,
+    // caches it in a new page, and c extends that one.
+    let steps = [(0, 0), (1, PAGE + 4), (0, PAGE), (2, PAGE + TAIL), (0, PAGE), (0, PAGE + TAIL - 1)];
+    for (i, &(which, expected)) in steps.iter().enumerate() {
+        let seeded = i % 2 == 1;
+        let (out, cached) = complete(&server, &body(&server, prompts[which], seeded, None, 16));
+        assert_eq!(cached, expected as u64, "step {i}");
+        assert_eq!(out, fresh[seeded as usize][which], "step {i}: prompt {which}, seeded {seeded}");
+    }
+    // All at once: leases that find the partial page taken compute its ids into pages of their own.
+    std::thread::scope(|scope| {
+        let server = &server;
+        let handles: Vec<_> = (0..12)
+            .map(|i| {
+                let (which, seeded) = (i % 3, i % 2 == 1);
+                let body = body(server, prompts[which], seeded, None, 16);
+                (which, seeded, scope.spawn(move || complete(server, &body).0))
+            })
+            .collect();
+        for (which, seeded, handle) in handles {
+            let out = handle.join().expect("a request thread panicked");
+            assert_eq!(out, fresh[seeded as usize][which], "among others: prompt {which}, seeded {seeded}");
+        }
+    });
+    let deadline = Instant::now() + RELEASE_TIMEOUT;
+    while gauge(&server, "tensorfold_kv_pages_used") != 0.0 {
+        assert!(Instant::now() < deadline, "pages still held:\n{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -458,7 +458,7 @@ impl Coordinator {
             // Positions past the drafts accepted hold stale KV, which the next steps write over.
             lane.num_planned = lane.tokens.len() - 1;
             if lane.num_generated == 1 && lane.request.cache {
-                // The prompt's KV is all computed now: its full pages may serve later prompts.
+                // The prompt's KV is all computed now: its pages may serve later prompts.
                 lane.lease.cache_prompt(&lane.request.prompt);
             }
             let is_stop_token = lane.request.stop_ids.contains(&s.id);

@@ -23,7 +23,7 @@ pub struct EmbedRequest {
     pub lane_id: u64,
     pub model: ModelId,
     pub prompt: Vec<u32>,
-    /// Whether the prompt's full pages are cached for later prompts once computed.
+    /// Whether the prompt's pages are cached for later prompts once computed.
     pub cache: bool,
     pub to: Recipient<LaneEmbedding>,
 }

@@ -1,6 +1,7 @@
 //! KV page leases: admission reserves a request's pages, the lease takes them as the lane grows, drop returns them.
 //! With the prefix cache, a lease starts with the cached pages of its prompt's longest cached prefix; pages are
 //! counted by the leases holding them, and a cached page no lease holds stays cached until admission needs room.
+//! A cached partial page goes to one lease at a time, which writes its own positions after the cached ones.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -18,10 +19,10 @@ struct PageBook {
 }
 
 impl PageBook {
-    /// Pages leases may still take: free ones and cached ones no lease holds, less the reservations (a prompt's
-    /// cached pages that admission holds may take some of that room; then there is none).
-    fn room(&self) -> usize {
-        (self.free.len() + self.cache.num_idle()).saturating_sub(self.reserved)
+    /// Whether `num_pages` more can be promised: free pages and cached ones no lease holds cover every promise,
+    /// after admission held a prompt's cached pages, which may have been part of that room.
+    fn can_reserve(&self, num_pages: usize) -> bool {
+        self.free.len() + self.cache.num_idle() >= self.reserved + num_pages
     }
 
     fn hold(&mut self, page: u32) {
@@ -78,7 +79,7 @@ impl PagePool {
             reserved: 0,
             total: num_pages,
             refs: vec![0; num_pages],
-            cache: PrefixIndex::new((cache_tokens / page_tokens).min(num_pages)),
+            cache: PrefixIndex::new((cache_tokens / page_tokens).min(num_pages), page_tokens),
         };
         PagePool { book: Rc::new(RefCell::new(book)), page_tokens }
     }
@@ -107,28 +108,32 @@ impl PagePool {
         self.book.borrow().cache.len()
     }
 
-    /// Reserves room for `num_tokens` positions, starting from the cached pages of `prompt`'s longest cached
-    /// prefix when one is given; `None` when there is not enough room. At least one prompt position is left to
-    /// compute, so the lane's first token is sampled from its own round.
+    /// Reserves room for `num_tokens` positions, starting from `prompt`'s longest cached prefix when one is given:
+    /// its full pages shared, then a cached page no lease holds, taken for this lease's own; `None` when there is
+    /// not enough room. At least one prompt position is left to compute, so the lane's first token is sampled
+    /// from its own round.
     pub fn admit(&self, num_tokens: usize, prompt: Option<&[u32]>) -> Option<Lease> {
         let mut b = self.book.borrow_mut();
         let t = self.page_tokens;
-        let chain = match prompt {
-            Some(p) => b.cache.lookup(p.chunks_exact(t).take(p.len().saturating_sub(1) / t)),
-            None => Vec::new(),
-        };
-        for &page in &chain {
+        let resume = prompt.map(|p| b.cache.lookup(p)).unwrap_or_default();
+        let cached = resume.chain.len() * t + resume.last.map_or(0, |(_, n)| n);
+        let mut pages = resume.chain;
+        pages.extend(resume.last.map(|(page, _)| page));
+        for &page in &pages {
             b.hold(page);
         }
-        let budget = self.pages_for(num_tokens).max(chain.len());
-        if b.room() < budget - chain.len() {
-            for &page in &chain {
+        let budget = self.pages_for(num_tokens).max(pages.len());
+        if !b.can_reserve(budget - pages.len()) {
+            for &page in &pages {
                 b.unhold(page);
             }
             return None;
         }
-        b.reserved += budget - chain.len();
-        Some(Lease { book: self.book.clone(), cached: chain.len() * t, pages: chain, budget, page_tokens: t })
+        b.reserved += budget - pages.len();
+        if let Some((page, num_taken)) = resume.last {
+            b.cache.take(page, num_taken);
+        }
+        Some(Lease { book: self.book.clone(), cached, pages, budget, page_tokens: t })
     }
 
     /// Forgets every cached page (after a device error, whose rounds may have left pages unwritten).
@@ -171,13 +176,14 @@ impl Lease {
         self.cached
     }
 
-    /// Caches the full pages of `prompt` once their KV is computed; pages past the cache's budget are not kept.
+    /// Caches the pages of `prompt`, the last one partial or not, once their KV is computed; pages past the
+    /// cache's budget are not kept.
     pub fn cache_prompt(&self, prompt: &[u32]) {
         let mut b = self.book.borrow_mut();
         let book = &mut *b;
-        let full = (prompt.len() / self.page_tokens).min(self.pages.len());
+        let num_pages = prompt.len().div_ceil(self.page_tokens).min(self.pages.len());
         let (cache, free) = (&mut book.cache, &mut book.free);
-        cache.insert(&self.pages[..full], prompt.chunks_exact(self.page_tokens), |c| evict(c, free));
+        cache.insert(&self.pages[..num_pages], prompt.chunks(self.page_tokens), |c| evict(c, free));
     }
 }
 

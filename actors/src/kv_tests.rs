@@ -75,21 +75,115 @@ fn test_a_prompt_resumes_from_the_cached_full_pages_of_its_longest_cached_prefix
     let pool = PagePool::new(16, 4, 64);
     let prompt = ids(0..10);
     let first = run_prompt(&pool, &prompt, 4);
-    assert_eq!((first.cached(), pool.num_cached()), (0, 2), "two full pages of ten positions");
-    let cached = first.pages()[..2].to_vec();
+    assert_eq!((first.cached(), pool.num_cached()), (0, 3), "two full pages and the last two ids");
+    let cached = first.pages().to_vec();
     drop(first);
-    assert_eq!((pool.num_used(), pool.num_cached()), (0, 2));
+    assert_eq!((pool.num_used(), pool.num_cached()), (0, 3));
+    // Two full pages shared, then the third taken for the first of its ids: the last is computed again.
     let again = pool.admit(14, Some(&prompt)).unwrap();
-    assert_eq!((again.cached(), again.pages()), (8, &cached[..]));
+    assert_eq!((again.cached(), again.pages()), (9, &cached[..]));
     drop(again);
-    // Eight ids fill two pages, but the last position must be computed for the first token: one page.
-    assert_eq!(pool.admit(8, Some(&prompt[..8])).unwrap().cached(), 4);
+    let mut diverged = prompt[..8].to_vec();
+    diverged.extend([77, 78]);
+    assert_eq!(pool.admit(14, Some(&diverged)).unwrap().cached(), 8, "only the full pages match");
     let mut changed = prompt.clone();
     changed[5] = 99;
     assert_eq!(pool.admit(14, Some(&changed)).unwrap().cached(), 4, "the first page still matches");
     changed[0] = 99;
     assert_eq!(pool.admit(14, Some(&changed)).unwrap().cached(), 0);
     assert_eq!(pool.admit(14, None).unwrap().cached(), 0, "a request that skips the cache");
+}
+
+#[test]
+fn test_a_repeated_prompt_resumes_all_but_its_last_position() {
+    for len in [3, 4, 9, 10, 12] {
+        let pool = PagePool::new(16, 4, 64);
+        let prompt = ids(0..len);
+        let first = run_prompt(&pool, &prompt, 4);
+        let pages = first.pages().to_vec();
+        drop(first);
+        for round in 0..3 {
+            let again = run_prompt(&pool, &prompt, 4);
+            assert_eq!(again.cached(), len as usize - 1, "{len} ids, round {round}");
+            let num_shared = (len as usize - 1).div_ceil(4);
+            assert_eq!(again.pages()[..num_shared], pages[..num_shared], "{len} ids, round {round}: the same pages");
+            drop(again);
+            check(&pool);
+        }
+    }
+}
+
+#[test]
+fn test_a_cached_partial_page_goes_to_one_lease_at_a_time() {
+    let pool = PagePool::new(16, 4, 64);
+    let prompt = ids(0..10);
+    let first = run_prompt(&pool, &prompt, 4);
+    let partial = first.pages()[2];
+    let b = pool.admit(14, Some(&prompt)).unwrap();
+    assert_eq!(b.cached(), 8, "the lease that computed the page still writes after it");
+    drop(first);
+    let mut c = pool.admit(14, Some(&prompt)).unwrap();
+    assert_eq!((c.cached(), c.pages()[2]), (9, partial));
+    let mut d = pool.admit(14, Some(&prompt)).unwrap();
+    assert_eq!(d.cached(), 8, "c holds the page");
+    c.grow_to(14);
+    d.grow_to(14);
+    assert_ne!(d.pages()[2], partial);
+    check(&pool);
+    drop((b, c, d));
+    assert_eq!(pool.admit(14, Some(&prompt)).unwrap().cached(), 9);
+    check(&pool);
+}
+
+#[test]
+fn test_a_lease_that_leaves_a_cached_partial_page_early_keeps_only_the_ids_they_share() {
+    let pool = PagePool::new(16, 4, 64);
+    let x = ids(0..11);
+    drop(run_prompt(&pool, &x, 0));
+    let mut y = x[..9].to_vec();
+    y.extend([99, 98]);
+    // y shares the third page's first id, then writes its own two after it.
+    let held = pool.admit(11, Some(&y)).unwrap();
+    assert_eq!(held.cached(), 9);
+    assert_eq!(pool.admit(11, Some(&x)).unwrap().cached(), 8, "y holds the page");
+    drop(held);
+    assert_eq!(pool.admit(11, Some(&x)).unwrap().cached(), 9, "the page keeps only the id y shared");
+    drop(run_prompt(&pool, &y, 0));
+    assert_eq!(pool.admit(11, Some(&y)).unwrap().cached(), 10, "y's computed ids are cached");
+    assert_eq!(pool.admit(11, Some(&x)).unwrap().cached(), 9);
+    check(&pool);
+}
+
+#[test]
+fn test_a_partial_page_extended_past_its_end_is_cached_as_a_full_page() {
+    let pool = PagePool::new(16, 4, 64);
+    let long = ids(0..14);
+    drop(run_prompt(&pool, &long[..6], 0));
+    let lease = run_prompt(&pool, &long, 0);
+    assert_eq!(lease.cached(), 6);
+    drop(lease);
+    assert_eq!(pool.num_cached(), 4, "three full pages and the last two ids");
+    assert_eq!(pool.admit(14, Some(&long)).unwrap().cached(), 13);
+    assert_eq!(pool.admit(14, Some(&long[..12])).unwrap().cached(), 8, "the full page has a page below it");
+    check(&pool);
+}
+
+#[test]
+fn test_cached_partial_pages_are_taken_back_and_returned_like_full_ones() {
+    let pool = PagePool::new(6, 4, 24);
+    let prompt = ids(0..10);
+    drop(run_prompt(&pool, &prompt, 0));
+    // Taken, then dropped before its prompt is computed: the page is idle and cached again.
+    drop(pool.admit(10, Some(&prompt)).unwrap());
+    assert_eq!((pool.num_used(), pool.num_cached(), unheld(&pool)), (0, 3, 6));
+    check(&pool);
+    let mut big = pool.admit(24, None).expect("idle cached pages are room");
+    big.grow_to(24);
+    assert_eq!((pool.num_cached(), pool.num_used()), (0, 6));
+    drop(big);
+    assert_eq!(pool.admit(10, Some(&prompt)).unwrap().cached(), 0);
+    assert_eq!(unheld(&pool), 6);
+    check(&pool);
 }
 
 #[test]
@@ -107,7 +201,7 @@ fn test_pages_shared_by_leases_are_held_once_and_return_to_the_cache() {
     drop(a);
     assert_eq!(pool.num_used(), 2 + 2);
     drop(b);
-    assert_eq!((pool.num_used(), pool.num_cached(), unheld(&pool)), (0, 2, 16));
+    assert_eq!((pool.num_used(), pool.num_cached(), unheld(&pool)), (0, 3, 16));
 }
 
 #[test]
@@ -117,7 +211,7 @@ fn test_admission_takes_back_idle_cached_pages_least_recently_used_first() {
     drop(run_prompt(&pool, &a, 0));
     drop(run_prompt(&pool, &b, 0));
     drop(pool.admit(9, Some(&a)).unwrap());
-    assert_eq!(pool.num_cached(), 4);
+    assert_eq!(pool.num_cached(), 6);
     // Six pages: the four free ones and the two cached pages of b, used longest ago.
     let mut big = pool.admit(24, None).expect("idle cached pages are room");
     big.grow_to(24);
@@ -142,7 +236,7 @@ fn test_taking_back_a_page_takes_back_the_pages_cached_below_it() {
     let pool = PagePool::new(6, 4, 24);
     let prompt = ids(0..13);
     drop(run_prompt(&pool, &prompt, 0));
-    assert_eq!(pool.num_cached(), 3);
+    assert_eq!(pool.num_cached(), 4);
     // Touch the chain's first page alone, so it is no longer the oldest.
     drop(pool.admit(5, Some(&prompt[..5])).unwrap());
     let mut big = pool.admit(16, None).unwrap();

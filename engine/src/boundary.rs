@@ -278,7 +278,7 @@ pub struct TokenWork {
     pub stop_strings: Vec<String>,
     /// Log-probabilities: `None` off, `Some(n)` the chosen token's and the top n.
     pub logprobs: Option<usize>,
-    /// The prompt may resume from the prefix cache, and its full pages be cached for later prompts.
+    /// The prompt may resume from the prefix cache, and its pages be cached for later prompts.
     pub cache: bool,
     /// Decoding may draft tokens from the lane's own text and verify them; the output is the same either way.
     pub draft: bool,
@@ -293,7 +293,7 @@ pub struct TokenWork {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EmbedWork {
     pub prompt: Vec<u32>,
-    /// The prompt's full pages may be cached for later prompts; an embedding never resumes from the cache, which
+    /// The prompt's pages may be cached for later prompts; an embedding never resumes from the cache, which
     /// would skip the rows its pooling needs.
     pub cache: bool,
 }

@@ -38,7 +38,7 @@ pub struct EmbeddingRequest {
     pub format: EncodingFormat,
     /// Must equal the model's hidden size: vectors are not truncated.
     pub dimensions: Option<usize>,
-    /// Whether each input's full pages are kept in the prefix cache for later prompts.
+    /// Whether each input's pages are kept in the prefix cache for later prompts.
     pub cache: bool,
 }
 

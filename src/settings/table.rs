@@ -99,7 +99,7 @@ pub static SETTINGS: &[Setting] = &[
     },
     Setting {
         default: Some("1"),
-        help: "keep the full KV pages of prompts and resume later prompts from their longest cached prefix",
+        help: "keep the KV pages of prompts and resume later prompts from their longest cached prefix",
         ..row(Key::PrefixCache, Some("prefix-cache"), None, Kind::Switch, Scope::Serve)
     },
     Setting {
