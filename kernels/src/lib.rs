@@ -4,6 +4,9 @@ pub mod attention;
 pub mod conv;
 pub mod cuda;
 pub mod cuda_pack;
+pub mod dot8;
+#[cfg(target_arch = "x86_64")]
+mod dot8_x86;
 pub mod gelu;
 pub mod int8;
 pub mod matmul;

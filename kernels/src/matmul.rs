@@ -2,6 +2,7 @@
 
 use rayon::prelude::*;
 
+use crate::dot8;
 use crate::quant::GgmlType;
 use crate::simd::{self, Tile};
 use crate::weight::Weight;
@@ -13,12 +14,41 @@ const TILE: usize = 4;
 
 /// A shared output pointer; tasks write disjoint columns.
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
+pub(crate) struct OutPtr(pub(crate) *mut f32);
 // SAFETY: every task writes a distinct set of (row, column) elements.
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
-/// `out[m, n] = Σ_k x[m, k] · w[n, k]` for `num_rows` rows of `x`.
+/// The arithmetic a Q4_0, Q4_1 or Q8_0 weight meets its activations in; other weights always take f32.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Activations {
+    /// Each row quantized to 8 bits per block of 32, integer dot products: llama.cpp's CPU arithmetic.
+    Int8,
+    /// f32 activations against weights dequantized on the fly; the default, as it holds the f32 reference's tokens.
+    #[default]
+    F32,
+}
+
+impl Activations {
+    /// From its name, `int8` or `f32`.
+    pub fn parse(name: &str) -> Option<Activations> {
+        match name {
+            "int8" => Some(Activations::Int8),
+            "f32" => Some(Activations::F32),
+            _ => None,
+        }
+    }
+}
+
+/// `matmul`, with quantized weights meeting the activations in `activations`' arithmetic.
+pub fn matmul_with(x: &[f32], num_rows: usize, w: &Weight, out: &mut [f32], activations: Activations) {
+    if activations == Activations::Int8 && dot8::supports(w) && num_rows > 0 {
+        return dot8::matmul_q8(&dot8::Q8Rows::quantize(x, num_rows), w, out);
+    }
+    matmul(x, num_rows, w, out)
+}
+
+/// `out[m, n] = Σ_k x[m, k] · w[n, k]` for `num_rows` rows of `x`, in f32.
 pub fn matmul(x: &[f32], num_rows: usize, w: &Weight, out: &mut [f32]) {
     let (n, k) = (w.rows(), w.cols());
     assert_eq!(x.len(), num_rows * k, "matmul: activations are not {num_rows} x {k}");

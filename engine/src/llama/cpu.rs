@@ -2,7 +2,7 @@
 
 use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
 use tensorfold_kernels::attention::{attend, Query};
-use tensorfold_kernels::matmul::matmul;
+use tensorfold_kernels::matmul::{matmul_with, Activations};
 use tensorfold_kernels::ops::{self, Rope};
 use tensorfold_kernels::weight::concat_rows;
 use tensorfold_kernels::Weight;
@@ -51,6 +51,8 @@ pub struct Llama {
     rope: Rope,
     /// The group this model is one tensor-parallel rank of, if any.
     collective: Option<Box<dyn Collective>>,
+    /// The arithmetic quantized weights meet activations in.
+    activations: Activations,
 }
 
 /// Loads tensors by Hugging Face name and checks their shapes against the config.
@@ -117,6 +119,15 @@ impl Loader<'_> {
     }
 }
 
+/// `TF_CPU_ACTIVATIONS` (`int8` or `f32`) picks the arithmetic of quantized weights; unset, the default.
+fn activations_from_env(ckpt: &dyn Checkpoint) -> Result<Activations, LoadError> {
+    match std::env::var("TF_CPU_ACTIVATIONS") {
+        Err(_) => Ok(Activations::default()),
+        Ok(name) => Activations::parse(&name)
+            .ok_or_else(|| LoadError::format(ckpt.path(), format!("TF_CPU_ACTIVATIONS is {name:?}, not int8 or f32"))),
+    }
+}
+
 /// Inverse frequencies as Hugging Face computes them, with Llama 3 scaling or GGUF frequency factors.
 pub(crate) fn rope_inv_freq(c: &ModelConfig, factors: Option<&[f32]>) -> Vec<f32> {
     let d = c.head_dim;
@@ -174,11 +185,17 @@ impl Llama {
             false => None,
         };
         let rope = Rope { inv_freq: rope_inv_freq(&c, factors.as_deref()), interleaved: c.rope_interleaved };
-        Ok(Llama { cfg: c, embed, layers, norm, lm_head, rope, collective: None })
+        let activations = activations_from_env(ckpt)?;
+        Ok(Llama { cfg: c, embed, layers, norm, lm_head, rope, collective: None, activations })
     }
 
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
+    }
+
+    /// Sets the arithmetic quantized weights meet activations in: f32 by default, or integer as llama.cpp's CPU path.
+    pub fn set_activations(&mut self, activations: Activations) {
+        self.activations = activations;
     }
 
     /// Makes this model (loaded from a shard) a rank of `group`: its partial sums are added with the others'.
@@ -306,7 +323,7 @@ impl LlamaSteps for CpuPass<'_, '_> {
         let (c, attn) = (&self.m.cfg, &self.m.layers[li].attn);
         let width = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
         self.qkv = vec![0f32; self.queries.len() * width];
-        matmul(&self.normed, self.queries.len(), &attn.qkv, &mut self.qkv);
+        matmul_with(&self.normed, self.queries.len(), &attn.qkv, &mut self.qkv, self.m.activations);
         if let Some(b) = &attn.qkv_bias {
             ops::add_bias(&mut self.qkv, b);
         }
@@ -348,7 +365,7 @@ impl LlamaSteps for CpuPass<'_, '_> {
     fn o_proj(&mut self, li: usize) -> Result<(), Self::Error> {
         let attn = &self.m.layers[li].attn;
         self.delta = vec![0f32; self.x.len()];
-        matmul(&self.attn, self.queries.len(), &attn.o, &mut self.delta);
+        matmul_with(&self.attn, self.queries.len(), &attn.o, &mut self.delta, self.m.activations);
         if let Some(b) = &attn.o_bias {
             ops::add_bias(&mut self.delta, b);
         }
@@ -358,7 +375,7 @@ impl LlamaSteps for CpuPass<'_, '_> {
     fn gate_up(&mut self, li: usize) -> Result<(), Self::Error> {
         let (f, t) = (self.m.cfg.intermediate_size, self.queries.len());
         let mut gate_up = vec![0f32; t * 2 * f];
-        matmul(&self.normed, t, &self.m.layers[li].mlp.gate_up, &mut gate_up);
+        matmul_with(&self.normed, t, &self.m.layers[li].mlp.gate_up, &mut gate_up, self.m.activations);
         self.act = vec![0f32; t * f];
         ops::swiglu(&gate_up, f, &mut self.act);
         Ok(())
@@ -366,7 +383,8 @@ impl LlamaSteps for CpuPass<'_, '_> {
 
     fn down(&mut self, li: usize) -> Result<(), Self::Error> {
         self.delta = vec![0f32; self.x.len()];
-        matmul(&self.act, self.queries.len(), &self.m.layers[li].mlp.down, &mut self.delta);
+        let down = &self.m.layers[li].mlp.down;
+        matmul_with(&self.act, self.queries.len(), down, &mut self.delta, self.m.activations);
         Ok(())
     }
 
@@ -419,7 +437,7 @@ impl LlamaSteps for CpuPass<'_, '_> {
         let num = to_head.len() / h;
         let vocab = m.cfg.vocab_size;
         let mut logits = vec![0f32; num * vocab];
-        matmul(&to_head, num, m.lm_head.as_ref().unwrap_or(&m.embed), &mut logits);
+        matmul_with(&to_head, num, m.lm_head.as_ref().unwrap_or(&m.embed), &mut logits, m.activations);
         let (mut at_normed, mut at_logits) = (0, 0);
         self.out = rows
             .iter()
