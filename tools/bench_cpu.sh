@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# CPU benchmark: `tensorfold bench` against llama.cpp (the xllamacpp wheel) on the same GGUF file
-# with the same thread count, run alternately; prints both sides and the ratios ours/llama.cpp.
+# CPU benchmark: `tensorfold bench` against two builds of llama.cpp on the same GGUF file with the same
+# thread count, run alternately: the xllamacpp wheel (a portable build) and llama-cpp-python compiled here
+# with GGML_NATIVE (-march=native; built once into the bench venv, needs a C++ compiler). Prints every
+# side and the ratios ours/llama.cpp against the stronger build, for prompt and for decode.
 #
 # Usage: tools/bench_cpu.sh [THREADS=2]
 # Environment: ROUNDS (alternating rounds, default 3; the best of each side is compared),
 #   PROMPT_TOKENS (512), DECODE_TOKENS (128), REPEATS (3, per side per round),
 #   IDLE_WAIT (seconds to wait, before each run, for the CPUs to be idle; default 0: no wait),
+#   NATIVE (1; 0 leaves out the native build), BENCH_MODEL (a GGUF to run instead of the default model),
 #   TF_CACHE_DIR / XDG_CACHE_HOME (where the model and the bench venv live), PYTHON (python3),
 #   TF_BIN (a tensorfold binary to measure; default: build this checkout).
 set -euo pipefail
@@ -16,27 +19,19 @@ PROMPT_TOKENS="${PROMPT_TOKENS:-512}"
 DECODE_TOKENS="${DECODE_TOKENS:-128}"
 REPEATS="${REPEATS:-3}"
 IDLE_WAIT="${IDLE_WAIT:-0}"
-XLLAMACPP_VERSION="2026.10.11549"
-MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
+NATIVE="${NATIVE:-1}"
 
 cd "$(dirname "$0")/.."
+source tools/bench_env.sh
 
-# The same rules as the binary's cache directory.
-if [[ -n "${TF_CACHE_DIR:-}" ]]; then
-    CACHE="$TF_CACHE_DIR"
-elif [[ -n "${XDG_CACHE_HOME:-}" ]]; then
-    CACHE="$XDG_CACHE_HOME/tensorfold"
-else
-    CACHE="$HOME/.cache/tensorfold"
-fi
-
-VENV="$CACHE/bench-venv"
-VPY="$VENV/bin/python"
-if ! "$VPY" -c "import importlib.metadata as m, sys; sys.exit(m.version('xllamacpp') != '$XLLAMACPP_VERSION')" 2>/dev/null; then
-    echo "bench: installing xllamacpp==$XLLAMACPP_VERSION into $VENV" >&2
-    mkdir -p "$CACHE"
-    "${PYTHON:-python3}" -m venv "$VENV"
-    "$VPY" -m pip install --quiet --disable-pip-version-check "xllamacpp==$XLLAMACPP_VERSION"
+bench_xllamacpp
+NATIVE_VERSION="" NATIVE_NOTE="left out (NATIVE=$NATIVE)"
+if [[ "$NATIVE" == 1 ]]; then
+    if bench_native_llamacpp; then
+        NATIVE_VERSION="$LLAMA_CPP_PYTHON_VERSION"
+    else
+        NATIVE_NOTE="not measured: no build (see the bench: line above)"
+    fi
 fi
 
 # TF_BIN names a binary to measure instead of this checkout's release build (a before/after pair in one session).
@@ -47,23 +42,22 @@ else
     BIN=target/release/tensorfold
 fi
 
-# Without --model the binary fetches the default model into the cache.
-env -u TF_MODEL "$BIN" bench --threads "$THREADS" --prompt-tokens 1 --decode-tokens 1 --repeats 1 >/dev/null
-MODEL="$CACHE/$MODEL_FILE"
-[[ -f "$MODEL" ]] || { echo "bench: $MODEL not found after the fetch" >&2; exit 1; }
+bench_model "$BIN"
 
-# The rounds alternate the two sides; each run reports the share of the CPUs that other processes
+# The rounds alternate the sides; each run reports the share of the CPUs that other processes
 # used while it ran, so a figure taken on a busy machine shows as such.
-"$VPY" - "$BIN" "$MODEL" "$XLLAMACPP_VERSION" "$ROUNDS" "$IDLE_WAIT" \
+"$VPY" - "$BIN" "$MODEL" "$XLLAMACPP_VERSION" "$NATIVE_VERSION" "$NATIVE_NOTE" "$ROUNDS" "$IDLE_WAIT" \
     --threads "$THREADS" --prompt-tokens "$PROMPT_TOKENS" --decode-tokens "$DECODE_TOKENS" --repeats "$REPEATS" <<'PY'
 import json, os, resource, subprocess, sys, time
 
-bin_path, model, version, rounds, idle_wait = sys.argv[1:6]
-sizes = sys.argv[6:]
+bin_path, model, version, native_version, native_note, rounds, idle_wait = sys.argv[1:8]
+sizes = sys.argv[8:]
 sides = {
     "tensorfold": [bin_path, "bench", "--model", model, *sizes],
-    "llama.cpp": [sys.executable, "tools/bench_llamacpp.py", "--model", model, *sizes],
+    "xllamacpp": [sys.executable, "tools/bench_llamacpp.py", "--model", model, *sizes],
 }
+if native_version:
+    sides["native"] = [sys.executable, "tools/bench_llamacpp_native.py", "--model", model, *sizes]
 
 
 def cpu_jiffies():
@@ -119,12 +113,25 @@ def best(runs):
     return out
 
 
-o, p = best(results["tensorfold"]), best(results["llama.cpp"])
+bests = {side: best(runs) for side, runs in results.items()}
+peers = [side for side in bests if side != "tensorfold"]
+o = bests["tensorfold"]
 print(f"\nmodel: {model}")
-print(f"threads: {o['threads']} (ours) / {p['threads']} (llama.cpp, xllamacpp {version})")
-print(f"{'':12} {'tensorfold':>10} {'llama.cpp':>10} {'ratio':>6}  target")
-for label, key, target in (("prompt tok/s", "prompt_tok_s", 0.8), ("decode tok/s", "decode_tok_s", 1.0)):
-    ratio = o[key] / p[key]
-    print(f"{label:12} {o[key]:10.2f} {p[key]:10.2f} {ratio:6.2f}  >= {target} {'ok' if ratio >= target else 'below'}")
-print(f"(prompt {o['prompt_tokens']} / {p['prompt_tokens']} tokens, decode {o['decode_tokens']} / {p['decode_tokens']} tokens)")
+builds = {"xllamacpp": f"xllamacpp {version}", "native": f"llama-cpp-python {native_version}, GGML_NATIVE"}
+print(f"threads: {o['threads']} (ours) / " + " / ".join(f"{bests[p]['threads']} ({builds[p]})" for p in peers))
+if not native_version:
+    print(f"native llama.cpp build: {native_note}")
+print(f"{'':12} {'tensorfold':>10} " + " ".join(f"{p:>10}" for p in peers) + f" {'ratio':>6}  {'against':9} target")
+# The ratio is taken against the faster llama.cpp build of each row.
+for label, key, target in (("prompt tok/s", "prompt_tok_s", 1.3), ("decode tok/s", "decode_tok_s", 1.3)):
+    stronger = max(peers, key=lambda p: bests[p][key])
+    ratio = o[key] / bests[stronger][key]
+    figures = " ".join(f"{bests[p][key]:10.2f}" for p in peers)
+    verdict = "ok" if ratio >= target else "below"
+    print(f"{label:12} {o[key]:10.2f} {figures} {ratio:6.2f}  {stronger:9} >= {target} {verdict}")
+def counts(key):
+    return " / ".join(str(bests[side][key]) for side in bests)
+
+
+print(f"(prompt {counts('prompt_tokens')} tokens, decode {counts('decode_tokens')} tokens: " + ", ".join(bests) + ")")
 PY

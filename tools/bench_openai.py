@@ -6,15 +6,25 @@ tokens/s per stream, the total output tokens/s, and TTFT p50/p95.
 
     python3 tools/bench_openai.py --base-url http://127.0.0.1:8000/v1 --streams 1,8,32 --max-tokens 128
     python3 tools/bench_openai.py --schema ...   # each count without and then with a JSON schema's masks
+    python3 tools/bench_openai.py --prefix-words 300 --repeat-ttft 3 --temperature 0 ...
 
 With --schema every stream also asks for `response_format` json_schema: a list of at least 64 records, long
 enough that no stream ends before --max-tokens, so the two rows differ only by the grammar's masks.
+
+With --prefix-words N every stream's request starts with a system message of N words of varied text, and each
+count runs twice: each stream with its own system message ("own"), then all streams with one ("shared"). The
+texts are new for every row, so a row never resumes from an earlier row's prompt; the rows differ only by
+whether the streams of one row share their prefix.
+
+With --repeat-ttft K one stream sends a short prompt (about 25 tokens) the server has not seen, then the same
+prompt K times; it prints the first TTFT and the median TTFT of the repeats, which a prompt cache can serve.
 """
 
 import argparse
 import contextlib
 import http.client
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -23,6 +33,8 @@ import time
 import urllib.parse
 
 DEFAULT_PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a message in a bottle."
+REPEAT_PROMPT = "Give me three short tips for keeping a small vegetable garden healthy through a long and dry summer"
+PREFIX_MODES = ("none", "own", "shared")
 RECORDS_SCHEMA = {
     "type": "object",
     "properties": {
@@ -193,24 +205,41 @@ def percentile(values, q):
     return ordered[index]
 
 
-def run_streams(endpoint, model, num_streams, max_tokens, prompt, schema=False):
-    body = {
+def chat_body(model, messages, max_tokens, temperature):
+    return {
         "model": model,
-        "messages": [{"role": "user", "content": prompt}],
+        "messages": messages,
         "max_tokens": max_tokens,
-        "temperature": 0.8,
+        "temperature": temperature,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+
+
+def prefix_messages(prompt, num_streams, prefix, prefix_words, rng):
+    """Each stream's messages: the prompt alone, or after a system text of its own or one all streams share."""
+    from bench_cache import varied_text  # bench_cache imports this module
+
+    if prefix == "none":
+        return [[{"role": "user", "content": prompt}]] * num_streams
+    shared = varied_text(rng, prefix_words)
+    systems = [shared if prefix == "shared" else varied_text(rng, prefix_words) for _ in range(num_streams)]
+    return [[{"role": "system", "content": system}, {"role": "user", "content": prompt}] for system in systems]
+
+
+def run_streams(endpoint, model, num_streams, max_tokens, prompt, schema=False, temperature=0.8, prefix="none",
+                prefix_words=0, rng=None):
+    body = chat_body(model, None, max_tokens, temperature)
     if schema:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "records", "schema": RECORDS_SCHEMA}}
+    messages = prefix_messages(prompt, num_streams, prefix, prefix_words, rng or random.Random())
     results, errors = [None] * num_streams, []
     barrier = threading.Barrier(num_streams)
 
     def worker(i):
         barrier.wait()
         try:
-            results[i] = stream_chat(endpoint, dict(body, seed=i))
+            results[i] = stream_chat(endpoint, dict(body, messages=messages[i], seed=i))
         except Exception as error:  # reported below with the stream count
             errors.append(f"stream {i}: {error}")
 
@@ -237,6 +266,7 @@ def run_streams(endpoint, model, num_streams, max_tokens, prompt, schema=False):
     return {
         "streams": num_streams,
         "schema": schema,
+        "prefix": prefix,
         "max_tokens": max_tokens,
         "wall_s": wall,
         "output_tokens": total_tokens,
@@ -245,6 +275,20 @@ def run_streams(endpoint, model, num_streams, max_tokens, prompt, schema=False):
         "ttft_p50_s": percentile(ttfts, 50),
         "ttft_p95_s": percentile(ttfts, 95),
     }
+
+
+def repeat_ttft(endpoint, model, num_repeats, rng):
+    """TTFT of a new short prompt sent once, then the median TTFT of the same prompt sent num_repeats times."""
+    # A number from the seed, so a server that served other seeds before has not seen the first send.
+    messages = [{"role": "user", "content": f"{REPEAT_PROMPT} (note {rng.randrange(10**6)})."}]
+    body = chat_body(model, messages, 8, 0.0)
+    ttfts = []
+    for _ in range(num_repeats + 1):
+        times = stream_chat(endpoint, body)["token_times"]
+        if not times:
+            raise RuntimeError("a repeated-prompt request streamed no content")
+        ttfts.append(times[0])
+    return {"repeats": num_repeats, "ttft_first_s": ttfts[0], "ttft_repeat_p50_s": percentile(ttfts[1:], 50)}
 
 
 def parse_streams(values):
@@ -265,31 +309,48 @@ def main():
     parser.add_argument("--api-key", help="sent as the Bearer token")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--schema", action="store_true", help="run each count again with a JSON schema")
+    parser.add_argument("--temperature", type=float, default=0.8, help="sampling temperature; 0 is greedy (0.8)")
+    parser.add_argument("--prefix-words", type=int, default=0, help="run each count with own and shared system texts")
+    parser.add_argument("--repeat-ttft", type=int, default=0, help="also time a short prompt sent again, K times")
+    parser.add_argument("--seed", type=int, help="seed of the system texts and the repeated prompt (random)")
+    parser.add_argument("--warmup", action="store_true", help="send one short unmeasured request first")
     args = parser.parse_args()
 
     endpoint = Endpoint(args.base_url, args.api_key)
     model = endpoint.model()
+    rng = random.Random(args.seed)
+    if args.warmup:
+        stream_chat(endpoint, chat_body(model, [{"role": "user", "content": "Say hello."}], 8, 0.0))
+    repeat = repeat_ttft(endpoint, model, args.repeat_ttft, rng) if args.repeat_ttft > 0 else None
     rows = [
-        run_streams(endpoint, model, n, args.max_tokens, args.prompt, schema)
+        run_streams(endpoint, model, n, args.max_tokens, args.prompt, schema, args.temperature, prefix,
+                    args.prefix_words, rng)
         for n in parse_streams(args.streams)
         for schema in ([False, True] if args.schema else [False])
+        for prefix in (PREFIX_MODES[1:] if args.prefix_words > 0 else PREFIX_MODES[:1])
     ]
     if args.json:
-        json.dump({"base_url": args.base_url, "model": model, "results": rows}, sys.stdout, indent=2)
+        report = {"base_url": args.base_url, "model": model, "prefix_words": args.prefix_words, "results": rows}
+        if repeat:
+            report["repeat_ttft"] = repeat
+        json.dump(report, sys.stdout, indent=2)
         print()
         return
-    print(f"model {model}, max_tokens {args.max_tokens}")
+    print(f"model {model}, max_tokens {args.max_tokens}, temperature {args.temperature}")
     print(
-        f"{'streams':>7} {'schema':>6} {'decode tok/s/stream':>20} {'total tok/s':>12} {'TTFT p50 s':>11}"
-        f" {'TTFT p95 s':>11}"
+        f"{'streams':>7} {'schema':>6} {'prefix':>6} {'decode tok/s/stream':>20} {'total tok/s':>12}"
+        f" {'TTFT p50 s':>11} {'TTFT p95 s':>11}"
     )
     for row in rows:
         schema = "yes" if row["schema"] else "no"
         print(
-            f"{row['streams']:>7} {schema:>6} {row['decode_tok_s_per_stream_mean']:>20.1f}"
+            f"{row['streams']:>7} {schema:>6} {row['prefix']:>6} {row['decode_tok_s_per_stream_mean']:>20.1f}"
             f" {row['total_output_tok_s']:>12.1f}"
             f" {row['ttft_p50_s']:>11.3f} {row['ttft_p95_s']:>11.3f}"
         )
+    if repeat:
+        print(f"repeated prompt, 1 stream: TTFT first {repeat['ttft_first_s']:.3f} s,"
+              f" repeats p50 {repeat['ttft_repeat_p50_s']:.3f} s ({repeat['repeats']} repeats)")
 
 
 if __name__ == "__main__":
