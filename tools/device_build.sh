@@ -31,6 +31,9 @@ done
 gemm_tests=$(test_binary -p tensorfold-kernels --test gpu_gemm)
 [[ -n "$gemm_tests" ]] || { echo "the test binary gpu_gemm was not built" >&2; exit 1; }
 strip -o .device/gemm-tests "$gemm_tests"
+norm_tests=$(test_binary -p tensorfold-kernels --test gpu_norm)
+[[ -n "$norm_tests" ]] || { echo "the test binary gpu_norm was not built" >&2; exit 1; }
+strip -o .device/norm-tests "$norm_tests"
 # The main crate's unit tests, for the device pool's (tools/gpu_carveout.sh runs those whose names contain lend_pool).
 lib_tests=$(test_binary -p tensorfold --lib)
 [[ -n "$lib_tests" ]] || { echo "the main crate's unit tests were not built" >&2; exit 1; }

@@ -1,6 +1,6 @@
 """GEMM bench and exactness check on one GPU: cuBLAS, the engine's current kernels, and the new family's variants.
 
-    python3 tools/gemm_bench.py --out DIR [--quick] [--only REGEX] [--skip REGEX] [--shapes REGEX]
+    python3 tools/gemm_bench.py --out DIR [--quick] [--ms 64,128] [--only REGEX] [--skip REGEX] [--shapes REGEX]
 
 Times C = A W^T for the Llama-3.1-8B and Orpheus-3B projection shapes at several M; checks that every variant of
 the new family (tools/gemm_tma_variant.py, tools/gemm_stream_variant.py) gives the reference's bits (gemm_ref.cu,
@@ -106,6 +106,7 @@ def engine_pack(cuda, w, n, k):
     """The weight in the engine's 8 x 32 tiles, by pack_rows as Gpu::pack_rows launches it (PackPlace::Stacked(0))."""
     packed = torch.zeros(cdiv(n, 8) * 8 * k, dtype=torch.bfloat16, device=w.device)
     args = [("ptr", w.data_ptr()), ("ptr", packed.data_ptr()), ("i32", n), ("i32", k), ("i32", 0), ("i32", 0), ("i32", 8)]
+    args += [("i32", 0)]  # natural: 0 packs into the tiles
     cuda.launch("pack_rows", (cdiv(n * k // 8, 256), 1, 1), (256, 1, 1), 0, args)
     return packed
 
@@ -195,10 +196,10 @@ def setup_variants(cuda, modules, errors):
 
 
 def for_shape(variants, n, k):
-    """The variants with a kernel for the shape's segments, and the decode kernel's workspace reserved for it (64
-    rows at most), so no allocation happens inside a graph capture."""
+    """The variants with a kernel for the shape's segments, and the workspace of the decode and split kernels
+    reserved for it (512 rows at most), so no allocation happens inside a graph capture."""
     if segments(n, k) > 1:
-        scratch(torch.device("cuda", torch.cuda.current_device()), segments(n, k) * 64 * n)
+        scratch(torch.device("cuda", torch.cuda.current_device()), segments(n, k) * 512 * n)
     return [v for v in variants if v.fits is None or v.fits(n, k)]
 
 
@@ -497,6 +498,7 @@ def main():
     p.add_argument("--only", default="", help="regex: variants to keep")
     p.add_argument("--skip", default="", help="regex: variants to leave out")
     p.add_argument("--shapes", default="", help="regex: shapes to keep")
+    p.add_argument("--ms", default="", help="comma-separated M values to time (default: all, or --quick's)")
     p.add_argument("--no-time", action="store_true", help="checks only")
     p.add_argument("--no-check", action="store_true", help="timing only")
     args = p.parse_args()
@@ -508,6 +510,8 @@ def main():
     if args.quick:
         shapes = [s for s in shapes if s[1] in QUICK_SHAPES]
     time_ms = QUICK_TIME_MS if args.quick else TIME_MS
+    if args.ms:
+        time_ms = [int(m) for m in args.ms.split(",")]
     check_ms = QUICK_CHECK_MS if args.quick else CHECK_MS
     errors, warnings = [], []
     modules = load_modules(args.only, args.skip)

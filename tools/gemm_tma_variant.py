@@ -4,7 +4,8 @@ Every variant computes C = A W^T in the reference's order (K in S = gemm_cuda.se
 in k16 steps ascending, the segment sums added in order, then the bias); they differ only in tile shape, stage count,
 cluster and walk, so the bench can pick the fastest per shape. S = 1 runs the plain kernels; S > 1 runs a kernel's
 segmented twin (_s: a running sum beside the accumulator), which exists only where both fit the registers, so the
-other variants fit only S = 1 shapes.
+other variants fit only S = 1 shapes. A split twin (_k) gives each (tile, segment) pair its own CTA, writes the
+segment's sum to a workspace plane and lets the tile's last CTA add the planes in order (gemm_cuda.scratch).
 
 Launch of each: grid = min(SMs, units * cluster) CTAs (a multiple of the cluster), 384 threads (a producer
 warpgroup, two consumer warpgroups), dynamic shared memory 1024 + stages * ((BM + BN) * 128 + 16) bytes, cluster
@@ -17,7 +18,7 @@ bench checks it against the reference's C passed through silu_mul on the host.
 """
 
 
-from gemm_cuda import Variant, segments, sm_count, swizzled_map
+from gemm_cuda import Variant, scratch, segments, sm_count, swizzled_map
 
 SOURCE = "kernels/cuda/gemm_tma.cu"
 THREADS = 384
@@ -45,10 +46,16 @@ KERNELS = {
 SEGMENTED = ["gemm_tma_128x192", "gemm_tma_128x128", "gemm_tma_64x256", "gemm_tma_64x128", "gemm_tma_64x128_a2",
              "gemm_tma_64x64", "gemm_tma_64x64_a2", "gemm_tma_64x32", "gemm_tma_64x32_a2"]
 KERNELS.update({f"{name}_s": KERNELS[name] for name in SEGMENTED})
+# The split twins (gemm_tma<..., SPLIT = true>).
+SPLIT = ["gemm_tma_128x256", "gemm_tma_128x128", "gemm_tma_64x256", "gemm_tma_64x128"]
+KERNELS.update({f"{name}_k": KERNELS[name] for name in SPLIT})
 
 
 def kernel_for(kernel, segs):
-    """The kernel that computes S = segs segments: the plain one for 1, else its segmented twin (None if none)."""
+    """The kernel that computes S = segs segments: the plain one for 1, else its segmented or split twin (None if
+    none); a name ending in _k asks for the split twin."""
+    if kernel.endswith("_k"):
+        return kernel if segs > 1 else None
     if segs == 1:
         return kernel
     return kernel + "_s" if kernel in SEGMENTED else None
@@ -79,7 +86,11 @@ def launch(cuda, kernel, a, w, bias, c, act, m, n, k, group_rows=GROUP_ROWS, cta
     cluster = cm * cn
     mu = ((m + bm - 1) // bm + cm - 1) // cm
     nu = ((n + bn - 1) // bn + cn - 1) // cn
-    units = mu * nu
+    split = kernel.endswith("_k")
+    units = mu * nu * (segs if split else 1)
+    ws, counters = scratch(a.device, segs * m * n) if split else (None, None)
+    if split:
+        assert counters.numel() >= mu * nu, "gemm_tma: more tiles than arrival counters"
     sms = sm_count(a.device)
     grid = min(sms // cluster, units) * cluster
     if ctas is not None:
@@ -91,6 +102,8 @@ def launch(cuda, kernel, a, w, bias, c, act, m, n, k, group_rows=GROUP_ROWS, cta
         ("ptr", 0 if bias is None else bias.data_ptr()),
         ("ptr", 0 if c is None else c.data_ptr()),
         ("ptr", 0 if act is None else act.data_ptr()),
+        ("ptr", 0 if ws is None else ws.data_ptr()),
+        ("ptr", 0 if counters is None else counters.data_ptr()),
         ("i32", m),
         ("i32", n),
         ("i32", k),
@@ -143,4 +156,8 @@ VARIANTS = [
     _variant("gemm_tma_64x64_a2", 64, 1024),
     _variant("gemm_tma_64x32", 64, 512),
     _variant("gemm_tma_64x32_a2", 64, 512),
+    _variant("gemm_tma_128x256_k", 64, 512),
+    _variant("gemm_tma_128x128_k", 64, 512),
+    _variant("gemm_tma_64x256_k", 64, 512),
+    _variant("gemm_tma_64x128_k", 64, 512),
 ]

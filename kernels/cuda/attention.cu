@@ -44,15 +44,18 @@ __device__ __forceinline__ void rope_head(float* head, const float* norm, float 
     }
 }
 
-// One warp per (row, head): heads [0, nh) are q, [nh, nh+nkv) k, then v. q stays in qkv; k and v go to the cache
-// at kv_off[row] (the row's page and slot) plus layer_off.
-extern "C" __global__ void qkv_rope_store(float* qkv, const u32* pos, const u64* kv_off, const float* inv_freq,
-                                          const float* q_norm, const float* k_norm, float eps, bf16* kcache,
-                                          bf16* vcache, u64 layer_off, int nh, int nkv, int d, int interleaved) {
+// One warp per (row, head), ROPE_HEADS heads a block: heads [0, nh) are q, [nh, nh+nkv) k, then v. q stays in
+// qkv; k and v go to the cache at kv_off[row] (the row's page and slot) plus layer_off.
+#define ROPE_HEADS 4
+extern "C" __global__ void __launch_bounds__(32 * ROPE_HEADS) qkv_rope_store(
+    float* qkv, const u32* pos, const u64* kv_off, const float* inv_freq, const float* q_norm, const float* k_norm,
+    float eps, bf16* kcache, bf16* vcache, u64 layer_off, int nh, int nkv, int d, int interleaved) {
     start_next();
     wait_prior();
-    __shared__ float head[MAX_HEAD_DIM];
-    const int row = blockIdx.x, hd = blockIdx.y, lane = threadIdx.x;
+    __shared__ float heads[ROPE_HEADS][MAX_HEAD_DIM];
+    const int row = blockIdx.x, hd = blockIdx.y * ROPE_HEADS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (hd >= nh + 2 * nkv) return;
+    float* head = heads[threadIdx.x >> 5];
     float* x = qkv + (u64)row * (nh + 2 * nkv) * d + hd * d;
     const bool is_q = hd < nh, is_v = hd >= nh + nkv;
     for (int i = lane; i < d; i += 32) head[i] = x[i];

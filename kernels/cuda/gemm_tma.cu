@@ -5,9 +5,11 @@
 // the weight tile of two M tiles or the activation tile of two N tiles.
 //
 // An element's arithmetic is the reference's: K in `segs` segments fixed per weight shape (1 for the plain kernels,
-// any count for the _s kernels), each in an f32 accumulator from +0 (registers zeroed, scale-d always 1) over its
+// any count for the _s and _k kernels), each in an f32 accumulator from +0 (registers zeroed, scale-d always 1) over its
 // k16 steps in ascending k, each over its 16 k in natural order; the segment sums added in segment order, then the
-// bias. A row's bits never depend on M, on its tile or on the other rows. wgmma sums a k16 step as mma.sync does
+// bias. The _s kernels fold the segments in registers; the _k kernels give each (tile, segment) pair its own unit,
+// write its sum to a workspace plane, and the tile's last unit to arrive adds the planes in order, then the bias.
+// A row's bits never depend on M, on its tile or on the other rows. wgmma sums a k16 step as mma.sync does
 // (tools/wgmma_probe.cu).
 //
 // C[m][n] = sum_k A[m][k] W[n][k] (+ bias[n]), A [M][K] bf16, W [N][K] bf16, C [M][N] f32; or, with `act`, the
@@ -196,14 +198,65 @@ __device__ __forceinline__ void tma_unit(int u, int mu, int nu, int group, int& 
     um = first + r - un * rows;
 }
 
+// After a split unit's plane is written: the tile's last unit to arrive (its counter, left zero for the next launch)
+// adds the tile's segs planes in segment order, then the bias, into C. Both consumer warpgroups (named barrier 1).
+template <int BM, int BN>
+__device__ __forceinline__ void tma_split_fold(const float* __restrict__ bias, float* __restrict__ c, const float* ws,
+                                               int* counter, int m, int n, int segs, int m0, int n0, int t) {
+    // Every thread's partials reach L2 before the unit's arrival is counted.
+    __threadfence();
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    u32 last = 0;
+    if (t == 0) {
+        last = atomicAdd(counter, 1) == segs - 1;
+        if (last) *counter = 0;
+        __threadfence();
+    }
+    asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %1, 0;\nbar.red.popc.u32 %0, 1, 256, p;\n}\n"
+                 : "=r"(last)
+                 : "r"(last)
+                 : "memory");
+    if (!last) return;
+    const u64 plane = (u64)m * n;
+    const int rows = min(BM, m - m0), cols = min(BN, n - n0);
+    if ((n & 3) == 0 && (cols & 3) == 0) {
+        // Four columns a load, many loads in flight: the fold is one SM's read of segs planes of the tile.
+        const int quads = cols / 4;
+#pragma unroll 8
+        for (int i = t; i < rows * quads; i += 256) {
+            const int row = m0 + i / quads, col = n0 + 4 * (i % quads);
+            const u64 at = (u64)row * n + col;
+            float4 v = __ldcg(reinterpret_cast<const float4*>(ws + at));
+            for (int s = 1; s < segs; ++s) {
+                const float4 p = __ldcg(reinterpret_cast<const float4*>(ws + s * plane + at));
+                v = make_float4(v.x + p.x, v.y + p.y, v.z + p.z, v.w + p.w);
+            }
+            if (bias) v = make_float4(v.x + bias[col], v.y + bias[col + 1], v.z + bias[col + 2], v.w + bias[col + 3]);
+            *reinterpret_cast<float4*>(c + at) = v;
+        }
+        return;
+    }
+#pragma unroll 4
+    for (int i = t; i < rows * cols; i += 256) {
+        const int row = m0 + i / cols, col = n0 + i % cols;
+        const u64 at = (u64)row * n + col;
+        // Other units' partials: read from L2 (ld.global.cg), never a stale L1 line.
+        float v = __ldcg(ws + at);
+        for (int s = 1; s < segs; ++s) v = v + __ldcg(ws + s * plane + at);
+        c[at] = bias ? v + bias[col] : v;
+    }
+}
+
 // Warpgroup 0 produces (one thread), 1 and 2 consume MI m64 blocks by WN columns each of a BM x BN tile.
 // Consumer c: rows 64 MI c, all columns (BM = 128 MI), or all rows, columns WN c (BM = 64 MI).
 // A cluster pair shares the weight tile (CM = 2) or the activation tile (CN = 2): each CTA copies half to both.
 // SEG: every K / segs / 64 k-blocks the consumer folds its accumulator into a running sum (a second register set).
-template <int BM, int BN, int WN, int MI, int STAGES, int CM, int CN, bool SEG = false>
+// SPLIT: a unit is one segment of one tile (tma_split_fold), for rounds whose tiles alone would leave SMs idle.
+template <int BM, int BN, int WN, int MI, int STAGES, int CM, int CN, bool SEG = false, bool SPLIT = false>
 __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_w, const float* __restrict__ bias,
-                                         float* __restrict__ c, bf16* __restrict__ act, int m, int n, int k, int group,
-                                         int segs) {
+                                         float* __restrict__ c, bf16* __restrict__ act, float* ws, int* counters,
+                                         int m, int n, int k, int group, int segs) {
+    static_assert(!(SEG && SPLIT) && (!SPLIT || CM * CN == 1), "a split kernel is a single CTA's");
     constexpr bool SPLIT_N = BM == 64 * MI;
     static_assert(SPLIT_N ? BN == 2 * WN : (BM == 128 * MI && BN == WN), "two consumers cover the tile");
     constexpr int CLUSTER = CM * CN;
@@ -230,8 +283,15 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
         __syncthreads();
     }
     start_next();
-    const int mu = ((m + BM - 1) / BM + CM - 1) / CM, nu = ((n + BN - 1) / BN + CN - 1) / CN, units = mu * nu;
+    const int mu = ((m + BM - 1) / BM + CM - 1) / CM, nu = ((n + BN - 1) / BN + CN - 1) / CN;
+    const int units = mu * nu * (SPLIT ? segs : 1);
     const int kbs = k / 64, cid = blockIdx.x / CLUSTER, clusters = gridDim.x / CLUSTER;
+    // Unit u's tile (um, un) and k-blocks [kb0, kb1): a split unit takes segment u % segs of tile u / segs.
+    auto unit = [&](int u, int& um, int& un, int& kb0, int& kb1) {
+        tma_unit(SPLIT ? u / segs : u, mu, nu, group, um, un);
+        kb0 = SPLIT ? (u % segs) * (kbs / segs) : 0;
+        kb1 = SPLIT ? kb0 + kbs / segs : kbs;
+    };
     // The first row and column of unit (um, un)'s tile in this CTA.
     auto tile_m = [&](int um) { return (um * CM + (CM > 1 ? (int)rank : 0)) * BM; };
     auto tile_n = [&](int un) { return (un * CN + (CN > 1 ? (int)rank : 0)) * BN; };
@@ -264,22 +324,22 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
             // The weights never come from the previous kernel: the first stages' copies start before waiting on it.
             int pre = 0;
             if (cid < units) {
-                int um, un;
-                tma_unit(cid, mu, nu, group, um, un);
-                pre = min(STAGES, kbs);
+                int um, un, kb0, kb1;
+                unit(cid, um, un, kb0, kb1);
+                pre = min(STAGES, kb1 - kb0);
                 for (int s = 0; s < pre; ++s) {
                     mbar_expect(full + 8 * s, STAGE);
-                    load_w(s, s, tile_n(un));
+                    load_w(s, kb0 + s, tile_n(un));
                 }
             }
             wait_prior();
             u32 slot = 0, phase = 0;
             int it = 0;
             for (int u = cid; u < units; u += clusters) {
-                int um, un;
-                tma_unit(u, mu, nu, group, um, un);
+                int um, un, kb0, kb1;
+                unit(u, um, un, kb0, kb1);
                 const int m0 = tile_m(um), n0 = tile_n(un);
-                for (int kb = 0; kb < kbs; ++kb, ++it) {
+                for (int kb = kb0; kb < kb1; ++kb, ++it) {
                     if (it >= pre) {
                         // A slot is free once the consumers of every CTA it feeds have released it.
                         mbar_wait(empty + 8 * slot, phase ^ 1);
@@ -310,15 +370,15 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
         const int kseg = SEG ? kbs / segs : kbs;
         u32 slot = 0, phase = 0;
         for (int u = cid; u < units; u += clusters) {
-            int um, un;
-            tma_unit(u, mu, nu, group, um, un);
+            int um, un, kb0, kb1;
+            unit(u, um, un, kb0, kb1);
             const int m0 = tile_m(um), n0 = tile_n(un);
 #pragma unroll
             for (int i = 0; i < MI; ++i)
 #pragma unroll
                 for (int j = 0; j < WN / 2; ++j) acc[i][j] = 0.0f;
             u32 prev = STAGES;
-            for (int kb = 0; kb < kbs; ++kb) {
+            for (int kb = kb0; kb < kb1; ++kb) {
                 mbar_wait(full + 8 * slot, phase);
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
                 const u64 so = (slot * STAGE) >> 4;
@@ -359,9 +419,27 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
 #pragma unroll
                     for (int j = 0; j < WN / 2; ++j) acc[i][j] = sum[i][j];
             }
-            // Element 4 j + e of an m64 block: row 16 warp + g + 8 (e / 2), column 8 j + 2 q + e % 2.
+            if constexpr (SPLIT) {
+                // The segment's sum to its plane of ws (f32 [segs][m][n]); the tile's last unit adds the planes.
+                float* plane = ws + (u64)(u % segs) * m * n;
 #pragma unroll
-            for (int i = 0; i < MI; ++i) {
+                for (int i = 0; i < MI; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = m0 + a_row + 64 * i + 16 * warp + g + 8 * h;
+#pragma unroll
+                        for (int j = 0; j < WN / 8; ++j) {
+                            const int col = n0 + w_col + 8 * j + 2 * q;
+                            if (row >= m || col >= n) continue;
+                            plane[(u64)row * n + col] = acc[i][4 * j + 2 * h];
+                            if (col + 1 < n) plane[(u64)row * n + col + 1] = acc[i][4 * j + 2 * h + 1];
+                        }
+                    }
+                tma_split_fold<BM, BN>(bias, c, ws, counters + u / segs, m, n, segs, m0, n0, threadIdx.x - 128);
+            }
+            // Element 4 j + e of an m64 block: row 16 warp + g + 8 (e / 2), column 8 j + 2 q + e % 2 (split: none).
+#pragma unroll
+            for (int i = 0; i < (SPLIT ? 0 : MI); ++i) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int row = m0 + a_row + 64 * i + 16 * warp + g + 8 * h;
@@ -407,29 +485,40 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
     if constexpr (CLUSTER > 1) asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
-// The engine launches the single-CTA kernels; the 256-row and clustered ones are built for the bench (GEMM_TMA_ALL).
+// The engine launches the single-CTA kernels; the 256-row, clustered and split ones are built for the bench (GEMM_TMA_ALL).
 // <BM, BN, WN, MI, STAGES, CM, CN>: 384 threads, 1024 + STAGES * ((BM + BN) * 128 + 16) bytes, cluster (CM CN, 1, 1).
 #define TMA_PARAMS                                                                                                    \
     const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_w, const float* bias, float* c,         \
-        bf16* act, int m, int n, int k, int group, int segs
-#define TMA_ARGS map_a, map_w, bias, c, act, m, n, k, group, segs
+        bf16* act, float* ws, int* counters, int m, int n, int k, int group, int segs
+#define TMA_ARGS map_a, map_w, bias, c, act, ws, counters, m, n, k, group, segs
+// _s: segmented twins where acc and the running sum together fit the consumers' 232 registers; _k (bench only):
+// split twins.
+// The engine compiles these in three programs side by side (TMA_PART 0, 1, 2); without TMA_PART all are built.
+#if !defined(TMA_PART) || TMA_PART == 0
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x256(TMA_PARAMS) { gemm_tma<128, 256, 256, 1, 4, 1, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x224(TMA_PARAMS) { gemm_tma<128, 224, 224, 1, 5, 1, 1>(TMA_ARGS); }
-extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x192(TMA_PARAMS) { gemm_tma<128, 192, 192, 1, 5, 1, 1>(TMA_ARGS); }
-extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x128(TMA_PARAMS) { gemm_tma<128, 128, 128, 1, 7, 1, 1>(TMA_ARGS); }
-extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x256(TMA_PARAMS) { gemm_tma<64, 256, 128, 1, 5, 1, 1>(TMA_ARGS); }
-extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 1, 1>(TMA_ARGS); }
-extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x64(TMA_PARAMS) { gemm_tma<64, 64, 32, 1, 14, 1, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x32(TMA_PARAMS) { gemm_tma<64, 32, 16, 1, 18, 1, 1>(TMA_ARGS); }
-// Segmented twins where acc and the running sum together fit the consumers' 232 registers (WN / 2 of each).
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x32_s(TMA_PARAMS) { gemm_tma<64, 32, 16, 1, 18, 1, 1, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x64(TMA_PARAMS) { gemm_tma<64, 64, 32, 1, 14, 1, 1>(TMA_ARGS); }
+#endif
+#if !defined(TMA_PART) || TMA_PART == 1
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x192(TMA_PARAMS) { gemm_tma<128, 192, 192, 1, 5, 1, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x192_s(TMA_PARAMS) { gemm_tma<128, 192, 192, 1, 5, 1, 1, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x64_s(TMA_PARAMS) { gemm_tma<64, 64, 32, 1, 14, 1, 1, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x256(TMA_PARAMS) { gemm_tma<64, 256, 128, 1, 5, 1, 1>(TMA_ARGS); }
+#endif
+#if !defined(TMA_PART) || TMA_PART == 2
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x128(TMA_PARAMS) { gemm_tma<128, 128, 128, 1, 7, 1, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x128_s(TMA_PARAMS) { gemm_tma<128, 128, 128, 1, 7, 1, 1, true>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x256_s(TMA_PARAMS) { gemm_tma<64, 256, 128, 1, 5, 1, 1, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 1, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128_s(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 1, 1, true>(TMA_ARGS); }
-extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x64_s(TMA_PARAMS) { gemm_tma<64, 64, 32, 1, 14, 1, 1, true>(TMA_ARGS); }
-extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x32_s(TMA_PARAMS) { gemm_tma<64, 32, 16, 1, 18, 1, 1, true>(TMA_ARGS); }
-
-#ifdef GEMM_TMA_ALL
+#endif
+#if defined(GEMM_TMA_ALL) && !defined(TMA_PART)
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x256_k(TMA_PARAMS) { gemm_tma<128, 256, 256, 1, 4, 1, 1, false, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x128_k(TMA_PARAMS) { gemm_tma<128, 128, 128, 1, 7, 1, 1, false, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128_k(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 1, 1, false, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x256_k(TMA_PARAMS) { gemm_tma<64, 256, 128, 1, 5, 1, 1, false, true>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x256_c2(TMA_PARAMS) { gemm_tma<128, 256, 256, 1, 4, 2, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x224_c2(TMA_PARAMS) { gemm_tma<128, 224, 224, 1, 5, 2, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x192_c2(TMA_PARAMS) { gemm_tma<128, 192, 192, 1, 5, 2, 1>(TMA_ARGS); }

@@ -79,6 +79,69 @@ __device__ void add_norm_row(const float* x, const float* __restrict__ delta, fl
     }
 }
 
+// add_norm_row's bits from a block of NT < 1024 threads, for rows up to 4096 wide: thread t plays the 1024-thread
+// block's threads t + j NT (sum ss[j]), so its warp w plays warps w + j NT / 32. The weights are read before the
+// previous kernel ends (they never come from it); the row after.
+template <int NT>
+__device__ __forceinline__ void add_norm_row_narrow(const float* x, const float* __restrict__ delta, float* x_out,
+                                                    const float* __restrict__ w, bf16* out, int h, float eps) {
+    constexpr int R = 1024 / NT, V = 4096 / NT;
+    __shared__ float scratch[32];
+    float wv[V], v[V], ss[R];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        const int i = threadIdx.x + k * NT;
+        wv[k] = i < h ? w[i] : 0.0f;
+    }
+    start_next();
+    wait_prior();
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        const int i = threadIdx.x + k * NT;
+        v[k] = i < h ? x[i] : 0.0f;
+        if (delta && i < h) v[k] += __ldcg(delta + i);
+    }
+#pragma unroll
+    for (int j = 0; j < R; ++j) ss[j] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        const int i = threadIdx.x + k * NT;
+        if (i < h) {
+            if (x_out) x_out[i] = v[k];
+            ss[k % R] = __fmaf_rn(v[k], v[k], ss[k % R]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+        const float s = warp_sum(ss[j]);
+        if ((threadIdx.x & 31) == 0) scratch[(threadIdx.x >> 5) + j * (NT / 32)] = s;
+    }
+    __syncthreads();
+    float total = scratch[0];
+    for (int i = 1; i < 32; ++i) total += scratch[i];
+    const float inv = 1.0f / sqrtf(total / (float)h + eps);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+        const int i = threadIdx.x + k * NT;
+        if (i < h) out[i] = f2bf(wv[k] * (v[k] * inv));
+    }
+}
+
+// rms_norm and add_rms_norm for rows of at most 4096, a block of NORM_NARROW threads a row.
+#define NORM_NARROW 256
+extern "C" __global__ void __launch_bounds__(NORM_NARROW) rms_norm_narrow(float* x, const u32* rows, const float* w,
+                                                                          bf16* out, int h, float eps) {
+    const u64 src = rows ? rows[blockIdx.x] : blockIdx.x;
+    add_norm_row_narrow<NORM_NARROW>(x + src * h, nullptr, nullptr, w, out + (u64)blockIdx.x * h, h, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(NORM_NARROW) add_rms_norm_narrow(float* x, const float* delta,
+                                                                              const float* w, bf16* out, int h,
+                                                                              float eps) {
+    const u64 r = blockIdx.x;
+    add_norm_row_narrow<NORM_NARROW>(x + r * h, delta + r * h, x + r * h, w, out + r * h, h, eps);
+}
+
 // out[r] = norm(x[rows[r]]) * w; `rows` may be null for every row in order.
 extern "C" __global__ void __launch_bounds__(1024) rms_norm(float* x, const u32* rows, const float* w, bf16* out, int h, float eps) {
     start_next();

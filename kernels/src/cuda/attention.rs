@@ -21,6 +21,9 @@ pub fn attention_group_rows(group: usize) -> usize {
     ATTENTION_WARPS * (16 / group)
 }
 
+/// Heads one `qkv_rope_store` block takes, a warp each (ROPE_HEADS in attention.cu).
+const ROPE_HEADS: usize = 4;
+
 impl Gpu {
     /// Per-head norm and RoPE of q and k in `qkv`, and k and v written to the cache at `kv_off[r] + layer_off`.
     pub fn qkv_rope_store(&self, a: &QkvArgs) -> Result<(), GpuError> {
@@ -41,7 +44,8 @@ impl Gpu {
             dims[2],
             dims[3],
         ];
-        self.launch(&self.f.qkv_rope_store, (a.rows, a.num_heads + 2 * a.num_kv_heads, 1), 32, 0, &args)
+        let blocks = (a.num_heads + 2 * a.num_kv_heads).div_ceil(ROPE_HEADS);
+        self.launch(&self.f.qkv_rope_store, (a.rows, blocks, 1), 32 * ROPE_HEADS as u32, 0, &args)
     }
 
     /// Causal attention of each row over its lane's pages; out is bf16 rows of num_heads * head_dim.

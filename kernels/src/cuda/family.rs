@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use cudarc::driver::{sys, CudaFunction, CudaModule};
+use cudarc::driver::{sys, CudaFunction};
 
 use super::{Arg, DevPtr, Gpu, GpuError};
 
@@ -143,15 +143,15 @@ const fn tma_smem(bm: usize, bn: usize, stages: usize) -> usize {
 
 impl Family {
     /// Loads the kernels from `module` and lets each take the shared memory its launches ask for.
-    pub(super) fn load(module: &std::sync::Arc<CudaModule>, sms: usize) -> Result<Family, GpuError> {
+    pub(super) fn load(module: &super::build::Kernels, sms: usize) -> Result<Family, GpuError> {
         let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         let mut tma = Vec::with_capacity(TMA_KERNELS.len());
         for (name, bm, bn, stages, seg) in TMA_KERNELS {
-            let plain = module.load_function(name)?;
+            let plain = module.function(name)?;
             plain.set_attribute(attr, tma_smem(bm, bn, stages) as i32)?;
             let twin = match seg {
                 true => {
-                    let f = module.load_function(&format!("{name}_s"))?;
+                    let f = module.function(&format!("{name}_s"))?;
                     f.set_attribute(attr, tma_smem(bm, bn, stages) as i32)?;
                     Some(f)
                 }
@@ -160,7 +160,7 @@ impl Family {
             tma.push((plain, twin));
         }
         let stream_fn = |per_sm: usize, i: usize| -> Result<CudaFunction, GpuError> {
-            let f = module.load_function(STREAM_KERNELS[per_sm][i])?;
+            let f = module.function(STREAM_KERNELS[per_sm][i])?;
             f.set_attribute(attr, STREAM_SMEM[per_sm] as i32)?;
             Ok(f)
         };
@@ -279,6 +279,9 @@ impl Gpu {
             Arg::Ptr(bias),
             Arg::Ptr(c),
             Arg::Ptr(act),
+            // The split kernels' workspace and counters (bench only).
+            Arg::Ptr(0),
+            Arg::Ptr(0),
             int(m),
             int(n),
             int(k),
@@ -315,7 +318,7 @@ mod tests {
                 let p = stream_plan(m, n, k, 132, segs);
                 assert!(p.smem <= STREAM_SMEM[p.per_sm - 1], "{n} x {k} at {m}: {p:?}");
                 assert!(p.slots >= 2 && p.pt <= PASS_TILES && p.kc >= 1, "{n} x {k} at {m}: {p:?}");
-                assert!(p.rows >= m && p.grid % segs == 0 && p.grid / segs <= GEMM_COUNTERS);
+                assert!(p.rows >= m && p.grid.is_multiple_of(segs) && p.grid / segs <= GEMM_COUNTERS);
             }
         }
     }

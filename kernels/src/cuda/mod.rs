@@ -1,15 +1,14 @@
-//! The CUDA device: one context and stream, and our kernels compiled by NVRTC at start-up and cached on disk.
+//! The CUDA device: one context and stream, and our kernels (build.rs compiles and caches them).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub use cudarc;
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream};
-use cudarc::nvrtc::{CompileOptions, Ptx};
-use sha2::{Digest, Sha256};
 
 mod attention;
+mod build;
 mod conv;
 mod family;
 mod gemm;
@@ -19,6 +18,7 @@ mod sampling;
 mod vmm;
 pub use crate::cuda_pack::{gate_up_order, gemm_segments, pack_weight, packed_index, packed_rows, GemmTuning, Graph};
 pub use attention::{attention_group_rows, AttentionArgs, QkvArgs, ATTENTION_SPLIT, HEAD_DIMS};
+pub use build::{compile_ptx, source, SOURCES};
 pub use conv::{ConvLaunch, Windows};
 pub use family::{family_segments, family_workspace, GemmScratch, GEMM_COUNTERS, STREAM_ROWS};
 pub use gemm::NormIn;
@@ -29,21 +29,6 @@ pub use vmm::{Mapped, Physical, Vmm};
 
 /// A device address.
 pub type DevPtr = u64;
-
-/// The kernel sources, one file per family of operations, compiled together as one module.
-pub const SOURCES: [(&str, &str); 11] = [
-    ("prelude.cu", include_str!("../../cuda/prelude.cu")),
-    ("norm.cu", include_str!("../../cuda/norm.cu")),
-    ("gemm.cu", include_str!("../../cuda/gemm.cu")),
-    ("gemm_tiled.cu", include_str!("../../cuda/gemm_tiled.cu")),
-    ("gemm_wgmma.cu", include_str!("../../cuda/gemm_wgmma.cu")),
-    ("gemm_tma.cu", include_str!("../../cuda/gemm_tma.cu")),
-    ("gemm_stream.cu", include_str!("../../cuda/gemm_stream.cu")),
-    ("attention.cu", include_str!("../../cuda/attention.cu")),
-    ("sampling.cu", include_str!("../../cuda/sampling.cu")),
-    ("pack.cu", include_str!("../../cuda/pack.cu")),
-    ("conv.cu", include_str!("../../cuda/conv.cu")),
-];
 
 /// Most tensor-parallel ranks one sum adds.
 pub const MAX_RANKS: usize = 8;
@@ -82,6 +67,9 @@ struct Functions {
     embed_rows: CudaFunction,
     rms_norm: CudaFunction,
     add_rms_norm: CudaFunction,
+    /// The same two with NORM_NARROW threads a row, for rows of at most NORM_NARROW_WIDTH.
+    rms_norm_narrow: CudaFunction,
+    add_rms_norm_narrow: CudaFunction,
     add_rows: CudaFunction,
     sum_ranks: CudaFunction,
     swiglu: CudaFunction,
@@ -115,6 +103,10 @@ struct Functions {
 
 /// Threads of a norm block; the kernels declare it as their launch bound, which caps their registers to fit.
 const NORM_THREADS: u32 = 1024;
+
+/// Threads of a norm block for rows of at most NORM_NARROW_WIDTH (NORM_NARROW in norm.cu): the same bits.
+const NORM_NARROW: u32 = 256;
+pub const NORM_NARROW_WIDTH: usize = 4096;
 
 /// One kernel argument, passed by value.
 #[derive(Clone, Copy)]
@@ -173,48 +165,6 @@ pub fn libraries_present() -> Result<(), GpuError> {
     Ok(())
 }
 
-/// All kernel sources as one program.
-pub fn source() -> String {
-    SOURCES.iter().map(|(name, text)| format!("// {name}\n{text}\n")).collect()
-}
-
-/// Compiles the kernels to PTX for `arch` (such as `sm_90`); needs NVRTC but no GPU.
-pub fn compile_ptx(arch: &str) -> Result<String, GpuError> {
-    // SAFETY: only opens the library.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(GpuError::NoNvrtc);
-    }
-    let opts = CompileOptions { options: options(arch), ..Default::default() };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source(), opts).map_err(|e| GpuError::Compile(e.to_string()))?;
-    Ok(ptx.to_src())
-}
-
-fn options(arch: &str) -> Vec<String> {
-    vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()]
-}
-
-/// The PTX for `arch`, from `cache_dir` when a build of the same source and options is there.
-fn cached_ptx(arch: &str, cache_dir: Option<&Path>) -> Result<String, GpuError> {
-    let mut hash = Sha256::new();
-    hash.update(source());
-    hash.update(options(arch).join(" "));
-    let key: String = hash.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
-    let path: Option<PathBuf> = cache_dir.map(|d| d.join(format!("kernels-{key}.ptx")));
-    if let Some(text) = path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
-        return Ok(text);
-    }
-    let ptx = compile_ptx(arch)?;
-    if let Some(p) = &path {
-        // A cache that cannot be written only costs a compile next time.
-        let tmp = p.with_extension("tmp");
-        let written = p.parent().map(std::fs::create_dir_all).transpose().and_then(|_| std::fs::write(&tmp, &ptx));
-        if written.and_then(|_| std::fs::rename(&tmp, p)).is_err() {
-            tracing::warn!(path = %p.display(), "could not cache the compiled kernels");
-        }
-    }
-    Ok(ptx)
-}
-
 impl Gpu {
     /// Opens device `ordinal` and loads the kernels, compiling them unless `cache_dir` holds this build.
     pub fn open(ordinal: usize, cache_dir: Option<&Path>, options: KernelOptions) -> Result<Arc<Gpu>, GpuError> {
@@ -229,13 +179,15 @@ impl Gpu {
         }
         // sm_90 builds for sm_90a, whose warpgroup MMA the wgmma kernel needs; every other kernel is the same there.
         let arch = if (major, minor) == (9, 0) { "sm_90a".to_string() } else { format!("sm_{major}{minor}") };
-        let module = ctx.load_module(Ptx::from_src(cached_ptx(&arch, cache_dir)?))?;
-        let load = |name: &str| module.load_function(name);
+        let kernels = build::Kernels::load(&ctx, &arch, cache_dir)?;
+        let load = |name: &str| kernels.function(name);
         let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
         let f = Functions {
             embed_rows: load("embed_rows")?,
             rms_norm: load("rms_norm")?,
             add_rms_norm: load("add_rms_norm")?,
+            rms_norm_narrow: load("rms_norm_narrow")?,
+            add_rms_norm_narrow: load("add_rms_norm_narrow")?,
             add_rows: load("add_rows")?,
             sum_ranks: load("sum_ranks")?,
             swiglu: load("swiglu")?,
@@ -252,7 +204,7 @@ impl Gpu {
                 false => None,
             },
             family: match options.family && arch == "sm_90a" {
-                true => Some(family::Family::load(&module, sms)?),
+                true => Some(family::Family::load(&kernels, sms)?),
                 false => None,
             },
             qkv_rope_store: load("qkv_rope_store")?,
@@ -444,7 +396,10 @@ impl Gpu {
         eps: f32,
     ) -> Result<(), GpuError> {
         let args = [Arg::Ptr(x), Arg::Ptr(rows), Arg::Ptr(w), Arg::Ptr(out), Arg::Int(h as i32), Arg::Float(eps)];
-        self.launch(&self.f.rms_norm, (n, 1, 1), NORM_THREADS, 0, &args)
+        match h <= NORM_NARROW_WIDTH {
+            true => self.launch(&self.f.rms_norm_narrow, (n, 1, 1), NORM_NARROW, 0, &args),
+            false => self.launch(&self.f.rms_norm, (n, 1, 1), NORM_THREADS, 0, &args),
+        }
     }
 
     /// x += delta, then out = rms_norm(x) * w as bf16.
@@ -460,7 +415,10 @@ impl Gpu {
         eps: f32,
     ) -> Result<(), GpuError> {
         let args = [Arg::Ptr(x), Arg::Ptr(delta), Arg::Ptr(w), Arg::Ptr(out), Arg::Int(h as i32), Arg::Float(eps)];
-        self.launch(&self.f.add_rms_norm, (n, 1, 1), NORM_THREADS, 0, &args)
+        match h <= NORM_NARROW_WIDTH {
+            true => self.launch(&self.f.add_rms_norm_narrow, (n, 1, 1), NORM_NARROW, 0, &args),
+            false => self.launch(&self.f.add_rms_norm, (n, 1, 1), NORM_THREADS, 0, &args),
+        }
     }
 
     /// x += delta over `n` rows of width `h`.
