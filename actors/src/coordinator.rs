@@ -8,17 +8,19 @@ use tensorfold_engine::boundary::{CodecJob, Constraint, EngineError, FrameSink, 
 use tensorfold_kernels::sampling::SamplingParams;
 
 use crate::draft::Drafter;
-use crate::embed::{EmbedLanes, LaneEmbedding};
+use crate::embed::EmbedLanes;
 use crate::kv::{Lease, PagePool};
+use crate::messages::{LaneEmbedding, LaneFailed, LanePcm, LaneToken, VoiceAudio};
 use crate::metrics::Metrics;
-use crate::request::{LaneFailed, LanePcm, LaneToken, VoiceAudio};
+use crate::outbox::Outbox;
 use crate::request_types::{FinishReason, SubmitError};
-use crate::round::{ModelId, PlannedCodec, PlannedDraft, PlannedLane, RoundOutput, RoundPlan, SampleSpec};
-use crate::rules::LaneGrammar;
+use crate::round::{LaneGrammar, ModelId, PlannedCodec, PlannedDraft, PlannedLane, RoundOutput, RoundPlan, SampleSpec};
 use crate::runner::EngineRunner;
 use crate::voice::VoiceLanes;
 
 mod handlers;
+#[cfg(test)]
+mod outbox_tests;
 
 pub use handlers::Close;
 
@@ -69,13 +71,6 @@ pub struct EnqueueEmbed {
     pub prompt: Vec<u32>,
     pub cache: bool,
     pub to: Recipient<LaneEmbedding>,
-}
-
-/// The request is gone (finished, failed or its client left): drop its lane and lease now.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Release {
-    pub lane_id: u64,
 }
 
 /// Scheduling limits.
@@ -154,28 +149,6 @@ struct Window {
     to: Recipient<LanePcm>,
 }
 
-/// Messages for request actors from one round, sent once the next round is on its way.
-#[derive(Default)]
-struct Outbox {
-    tokens: Vec<(Recipient<LaneToken>, LaneToken)>,
-    pcm: Vec<(Recipient<LanePcm>, LanePcm)>,
-    failed: Vec<(Recipient<LaneFailed>, LaneFailed)>,
-}
-
-impl Outbox {
-    fn send(self) {
-        for (to, token) in self.tokens {
-            to.do_send(token);
-        }
-        for (to, pcm) in self.pcm {
-            to.do_send(pcm);
-        }
-        for (to, failed) in self.failed {
-            to.do_send(failed);
-        }
-    }
-}
-
 pub struct Coordinator {
     runner: EngineRunner,
     /// One page pool per model.
@@ -247,7 +220,7 @@ impl Coordinator {
                     act.fail_all(&EngineError::Stopped)
                 }
             };
-            // The next round goes to the engine before the requests hear of this one.
+            // The next round goes to the engine before the requests hear of this one, of every kind of lane.
             act.tick(ctx);
             outbox.send();
         }));
@@ -432,10 +405,10 @@ impl Coordinator {
                 let lane = self.lanes.swap_remove(i);
                 outbox.failed.push((lane.request.failed, LaneFailed { error: error.clone() }));
             }
-            self.voices.fail(*lane_id, error);
-            self.embeds.fail(*lane_id, error);
+            self.voices.fail(*lane_id, error, &mut outbox);
+            self.embeds.fail(*lane_id, error, &mut outbox);
         }
-        self.embeds.apply(std::mem::take(&mut output.hidden));
+        self.embeds.apply(std::mem::take(&mut output.hidden), &mut outbox);
         for g in std::mem::take(&mut output.grammars) {
             if let Some(lane) = self.lanes.iter_mut().find(|l| l.request.lane_id == g.lane_id) {
                 lane.request.constraint = Some(g.grammar);
@@ -514,7 +487,7 @@ impl Coordinator {
             };
             outbox.pcm.push((to, LanePcm(pcm)));
         }
-        self.voices.apply(output.voices);
+        self.voices.apply(output.voices, &mut outbox);
         outbox
     }
 
@@ -527,8 +500,8 @@ impl Coordinator {
         for to in self.decoding.drain(..).chain(self.codec.drain(..).map(|w| w.to)) {
             outbox.pcm.push((to, LanePcm(Err(why.clone()))));
         }
-        self.voices.fail_running(why);
-        self.embeds.fail_running(why);
+        self.voices.fail_running(why, &mut outbox);
+        self.embeds.fail_running(why, &mut outbox);
         // A failed round may have left pages half written: no later prompt resumes from them.
         for pool in &self.pages {
             pool.clear_cache();

@@ -3,8 +3,8 @@
 
 use tensorfold_engine::boundary::{LaneStep, Logits};
 
+use crate::model_slot::ModelSlot;
 use crate::round::{PlannedDraft, RoundPlan};
-use crate::runner::ModelSlot;
 
 /// Runs the plan's draft steps and hands each lane's draft to its step; returns how many tokens each lane got.
 /// A failed draft pass drafts nothing for its lanes: a draft only changes how fast the lane goes, never its tokens.

@@ -11,12 +11,9 @@ use actix::prelude::*;
 use tensorfold_engine::boundary::EngineError;
 
 use crate::kv::{Lease, PagePool};
+use crate::messages::LaneEmbedding;
+use crate::outbox::Outbox;
 use crate::round::{ModelId, PlannedLane};
-
-/// An embedding lane's vector, or why its lane failed; the only message its request gets.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct LaneEmbedding(pub Result<Vec<f32>, EngineError>);
 
 /// An embedding request waiting for a lane.
 pub struct EmbedRequest {
@@ -127,7 +124,7 @@ impl EmbedLanes {
     }
 
     /// Pools each lane's rows of a round; a lane whose every row is pooled sends its vector and ends.
-    pub fn apply(&mut self, hidden: Vec<(u64, Vec<f32>)>) {
+    pub fn apply(&mut self, hidden: Vec<(u64, Vec<f32>)>, outbox: &mut Outbox) {
         for (lane_id, rows) in hidden {
             let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == lane_id) else { continue };
             let lane = &mut self.lanes[i];
@@ -135,7 +132,7 @@ impl EmbedLanes {
             let num_rows = lane.num_planned - lane.pooled.num_rows();
             if num_rows == 0 || rows.is_empty() || rows.len() % num_rows != 0 {
                 let why = format!("{} hidden values for {num_rows} rows", rows.len());
-                self.fail(lane_id, &EngineError::Sizing(why));
+                self.fail(lane_id, &EngineError::Sizing(why), outbox);
                 continue;
             }
             lane.pooled.add(&rows, rows.len() / num_rows);
@@ -144,7 +141,7 @@ impl EmbedLanes {
                 if lane.request.cache {
                     lane.lease.cache_prompt(&lane.request.prompt);
                 }
-                lane.request.to.do_send(LaneEmbedding(Ok(lane.pooled.finish())));
+                outbox.embeddings.push((lane.request.to, LaneEmbedding(Ok(lane.pooled.finish()))));
             }
         }
     }
@@ -154,17 +151,17 @@ impl EmbedLanes {
         self.lanes.retain(|l| l.request.lane_id != lane_id);
     }
 
-    /// Ends the running lane `lane_id`, if it is an embedding lane, with `why`.
-    pub fn fail(&mut self, lane_id: u64, why: &EngineError) {
+    /// Ends the running lane `lane_id`, if it is an embedding lane, with `why` in the outbox.
+    pub fn fail(&mut self, lane_id: u64, why: &EngineError, outbox: &mut Outbox) {
         if let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == lane_id) {
-            self.lanes.swap_remove(i).request.to.do_send(LaneEmbedding(Err(why.clone())));
+            outbox.embeddings.push((self.lanes.swap_remove(i).request.to, LaneEmbedding(Err(why.clone()))));
         }
     }
 
-    /// Ends every running lane with `why`; waiting requests keep their place.
-    pub fn fail_running(&mut self, why: &EngineError) {
+    /// Ends every running lane with `why` in the outbox; waiting requests keep their place.
+    pub fn fail_running(&mut self, why: &EngineError, outbox: &mut Outbox) {
         for lane in self.lanes.drain(..) {
-            lane.request.to.do_send(LaneEmbedding(Err(why.clone())));
+            outbox.embeddings.push((lane.request.to, LaneEmbedding(Err(why.clone()))));
         }
     }
 

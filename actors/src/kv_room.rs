@@ -10,7 +10,7 @@ use tensorfold_lend::Lent;
 
 use crate::device::{Adopt, Adoption, Allocate, DeviceActor, IsHostAddressable, MapLent};
 use crate::ledger::MemoryKind;
-use crate::runtime::StartError;
+use crate::start_error::StartError;
 
 /// A built pool: its pages (own and lent), the pages lent memory added, and the accounting it holds.
 pub(crate) struct Room {

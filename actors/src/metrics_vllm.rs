@@ -2,32 +2,8 @@
 
 use std::fmt::Write;
 
-use crate::metrics::{header, Histogram, Metrics};
-
-/// vLLM's time-to-first-token bounds, so buckets add up across a fleet that mixes both servers.
-pub const VLLM_TTFT_BUCKETS: [f64; 22] = [
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-    160.0, 640.0, 2560.0,
-];
-
-/// vLLM's inter-token latency bounds.
-pub const VLLM_ITL_BUCKETS: [f64; 19] =
-    [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0];
-
-/// The latency histograms in vLLM's buckets.
-pub struct VllmHistograms {
-    pub(crate) time_to_first_token: Histogram,
-    pub(crate) inter_token_latency: Histogram,
-}
-
-impl Default for VllmHistograms {
-    fn default() -> VllmHistograms {
-        VllmHistograms {
-            time_to_first_token: Histogram::new(&VLLM_TTFT_BUCKETS),
-            inter_token_latency: Histogram::new(&VLLM_ITL_BUCKETS),
-        }
-    }
-}
+use crate::histogram::header;
+use crate::metrics::Metrics;
 
 impl Metrics {
     /// The `vllm:` names with vLLM's labels (`model_name`, `engine`), for the model requests name as `model_name`.
@@ -94,6 +70,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::histogram::VLLM_ITL_BUCKETS;
     use crate::metrics::tests::{parse, value, Sample};
 
     fn labels(extra: Option<(&str, &str)>) -> BTreeMap<String, String> {

@@ -7,46 +7,10 @@ use actix::prelude::*;
 use tensorfold_engine::boundary::{EngineError, TextDecoder};
 use tokio::sync::mpsc;
 
-use crate::coordinator::{Coordinator, Release};
-use crate::embed::LaneEmbedding;
+use crate::messages::{LaneEmbedding, LaneFailed, LanePcm, LaneToken, Release, VoiceAudio};
 use crate::metrics::Metrics;
-use crate::request_types::{Event, FinishReason, TokenLogprob, Usage};
+use crate::request_types::{Event, FinishReason, Usage};
 use crate::stop::StopMatcher;
-
-/// A token of the request's lane; `finish` is set on its lane's last token.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct LaneToken {
-    pub id: u32,
-    pub logprob: Option<TokenLogprob>,
-    /// The token ended generation (EOS or end of turn) and carries no text.
-    pub is_stop_token: bool,
-    pub finish: Option<FinishReason>,
-    /// Codec windows a speech lane has queued so far, this token's included.
-    pub num_windows: usize,
-    /// Prompt positions whose KV the lane found in the prefix cache.
-    pub cached_tokens: usize,
-}
-
-/// The PCM of one decoded window of a speech lane, in order, or why decoding failed.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct LanePcm(pub Result<Vec<f32>, EngineError>);
-
-/// The request's lane failed; the last message it gets.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct LaneFailed {
-    pub error: EngineError,
-}
-
-/// A window of a voice lane's audio; `finished` on its last message.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct VoiceAudio {
-    pub pcm: Result<Vec<f32>, EngineError>,
-    pub finished: bool,
-}
 
 /// Ends a request that was never admitted.
 #[derive(Message)]
@@ -85,7 +49,7 @@ pub struct RequestActor {
     lane_id: u64,
     tokens: Tokens,
     events: mpsc::Sender<Event>,
-    coordinator: Addr<Coordinator>,
+    coordinator: Recipient<Release>,
     usage: Usage,
     submitted: Instant,
     last_token: Option<Instant>,
@@ -101,7 +65,7 @@ impl RequestActor {
         prompt_tokens: usize,
         stream: Stream,
         events: mpsc::Sender<Event>,
-        coordinator: Addr<Coordinator>,
+        coordinator: Recipient<Release>,
         metrics: Arc<Metrics>,
     ) -> RequestActor {
         let tokens = match stream {

@@ -2,12 +2,10 @@
 
 use std::sync::Arc;
 
-use tensorfold_engine::boundary::{CodecJob, EngineError, LogitRules};
+use tensorfold_engine::boundary::{CodecJob, Constraint, EngineError, LogitRules, VoiceInput, VoiceState};
 use tensorfold_kernels::sampling::SamplingParams;
 
 use crate::request_types::TokenLogprob;
-use crate::rules::LaneGrammar;
-use crate::voice::{PlannedVoice, VoiceOutput};
 
 /// A registered model's place in the runtime, given at start-up; requests name models, lanes carry this.
 pub type ModelId = usize;
@@ -109,4 +107,46 @@ pub struct RoundOutput {
     pub hidden: Vec<(u64, Vec<f32>)>,
     /// Grammars of the lanes that drew this round, their drawn tokens committed.
     pub grammars: Vec<LaneGrammar>,
+}
+
+/// A lane's grammar, moved to the engine thread for a round and back.
+pub struct LaneGrammar {
+    pub lane_id: u64,
+    pub grammar: Box<dyn Constraint>,
+}
+
+impl std::fmt::Debug for LaneGrammar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaneGrammar").field("lane_id", &self.lane_id).finish_non_exhaustive()
+    }
+}
+
+/// What a voice lane does in a round.
+pub enum VoiceWork {
+    Start(VoiceInput),
+    Step(Box<dyn VoiceState>),
+}
+
+impl std::fmt::Debug for VoiceWork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VoiceWork::Start(input) => f.debug_tuple("Start").field(input).finish(),
+            VoiceWork::Step(_) => f.write_str("Step"),
+        }
+    }
+}
+
+/// A voice lane's step in a round plan.
+#[derive(Debug)]
+pub struct PlannedVoice {
+    pub lane_id: u64,
+    pub model: ModelId,
+    pub work: VoiceWork,
+}
+
+/// What a step made, and the state to keep for the next one.
+pub struct VoiceOutput {
+    pub lane_id: u64,
+    pub state: Option<Box<dyn VoiceState>>,
+    pub result: Result<Option<Vec<f32>>, EngineError>,
 }

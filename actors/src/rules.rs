@@ -7,19 +7,7 @@ use rayon::prelude::*;
 use tensorfold_engine::boundary::{Constraint, LogitRules};
 use tensorfold_kernels::sampling::{distinct, penalize, SamplingParams};
 
-use crate::round::PlannedLane;
-
-/// A lane's grammar, moved to the engine thread for a round and back.
-pub struct LaneGrammar {
-    pub lane_id: u64,
-    pub grammar: Box<dyn Constraint>,
-}
-
-impl std::fmt::Debug for LaneGrammar {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LaneGrammar").field("lane_id", &self.lane_id).finish_non_exhaustive()
-    }
-}
+use crate::round::{LaneGrammar, PlannedLane};
 
 /// A lane's grammar with the mask of each row its step draws, or why they could not be made.
 pub struct RowMasks {

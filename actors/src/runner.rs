@@ -11,23 +11,18 @@ use std::collections::HashMap;
 use tensorfold_kernels::sampling::{distinct, log_softmax, sample, sample_kept, SamplingParams};
 use tokio::sync::oneshot;
 
-use tensorfold_engine::boundary::{Codec, Engine, EngineError, Keep, KvPool, LaneStep, Logits, Voice};
+use tensorfold_engine::boundary::{Engine, EngineError, Keep, LaneStep, Logits, Voice};
 
 use crate::draft::{StepCost, TIMED_WIDTHS};
+use crate::model_slot::ModelSlot;
 use crate::request_types::TokenLogprob;
-use crate::round::{PlannedLane, RoundOutput, RoundPlan, SampleSpec, Sampled};
-use crate::rules::{row_masks, shape_row, LaneGrammar, Masks, RowMasks};
-use crate::voice::{run_step, VoiceOutput};
+use crate::round::{LaneGrammar, PlannedLane, RoundOutput, RoundPlan, SampleSpec, Sampled, VoiceOutput};
+use crate::rules::{row_masks, shape_row, Masks, RowMasks};
+use crate::voice::run_step;
 
 struct Job {
     plan: RoundPlan,
     reply: oneshot::Sender<RoundOutput>,
-}
-
-/// One model as the engine thread holds it: a token model with its KV pool (and codec, for speech), or a voice.
-pub enum ModelSlot {
-    Tokens { engine: Box<dyn Engine>, pool: KvPool, codec: Option<Box<dyn Codec>> },
-    Voice(Box<dyn Voice>),
 }
 
 /// A handle to the engine thread; dropping it ends the thread after the current round.

@@ -16,12 +16,14 @@ use crate::coordinator::{Close, Coordinator, Enqueue, EnqueueEmbed, EnqueueVoice
 use crate::device::{cpu_driver, Adopt, Adoption, DeviceActor, Snapshot};
 use crate::kv::PagePool;
 use crate::kv_room::kv_room;
-use crate::ledger::{Ledger, LedgerError, MemoryKind};
+use crate::ledger::{Ledger, MemoryKind};
 use crate::metrics::Metrics;
+use crate::model_slot::ModelSlot;
 use crate::request::{Abort, RequestActor, Stream};
 use crate::request_types::{Event, SubmitError, ValidRequest};
 use crate::round::ModelId;
-use crate::runner::{EngineRunner, ModelSlot};
+use crate::runner::EngineRunner;
+pub use crate::start_error::StartError;
 
 /// Most audio windows a voice request may have queued for its client.
 const MAX_VOICE_EVENTS: usize = 1 << 14;
@@ -71,24 +73,6 @@ pub struct ModelSpec {
     pub weight_bytes: usize,
     /// Bytes reserved for one round's activations.
     pub activation_bytes: usize,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("memory: {0}")]
-    Memory(#[from] LedgerError),
-    #[error("no room for KV pages: the memory limit leaves {room} bytes and one page needs {page_bytes}")]
-    NoRoom { room: usize, page_bytes: usize },
-    #[error("starting the engine thread: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("the device actor stopped during start-up")]
-    DeviceGone,
-    #[error("two models are registered as {0:?}")]
-    DuplicateName(String),
-    #[error("the draft model {draft:?} drafts for {target:?}, which is not a token model loaded beside it")]
-    NoDraftTarget { draft: String, target: String },
-    #[error("the draft model {draft:?} has {draft_vocab} tokens and its target {target_vocab}: they must be the same")]
-    DraftVocabulary { draft: String, draft_vocab: usize, target_vocab: usize },
 }
 
 /// What a registered model runs, as requests are checked against it.
@@ -359,7 +343,7 @@ impl Runtime {
         events: mpsc::Sender<Event>,
     ) -> Addr<RequestActor> {
         let (coordinator, metrics) = (self.coordinator.clone(), self.metrics.clone());
-        let actor = RequestActor::new(lane_id, prompt_tokens, stream, events, coordinator, metrics);
+        let actor = RequestActor::new(lane_id, prompt_tokens, stream, events, coordinator.recipient(), metrics);
         actor.with_deadline(self.request_timeout).start()
     }
 

@@ -1,40 +1,11 @@
 //! Voice lanes, which speak without tokens: a lane prepares each sentence in one round, then makes audio a window per round.
 
 use actix::prelude::*;
-use tensorfold_engine::boundary::{EngineError, Voice, VoiceInput, VoiceState};
+use tensorfold_engine::boundary::{EngineError, Voice, VoiceInput};
 
-use crate::request::VoiceAudio;
-use crate::round::ModelId;
-
-/// What a voice lane does in a round.
-pub enum VoiceWork {
-    Start(VoiceInput),
-    Step(Box<dyn VoiceState>),
-}
-
-impl std::fmt::Debug for VoiceWork {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            VoiceWork::Start(input) => f.debug_tuple("Start").field(input).finish(),
-            VoiceWork::Step(_) => f.write_str("Step"),
-        }
-    }
-}
-
-/// A voice lane's step in a round plan.
-#[derive(Debug)]
-pub struct PlannedVoice {
-    pub lane_id: u64,
-    pub model: ModelId,
-    pub work: VoiceWork,
-}
-
-/// What a step made, and the state to keep for the next one.
-pub struct VoiceOutput {
-    pub lane_id: u64,
-    pub state: Option<Box<dyn VoiceState>>,
-    pub result: Result<Option<Vec<f32>>, EngineError>,
-}
+use crate::messages::VoiceAudio;
+use crate::outbox::Outbox;
+use crate::round::{ModelId, PlannedVoice, VoiceOutput, VoiceWork};
 
 /// Runs one planned step on the engine thread.
 pub fn run_step(voice: &dyn Voice, planned: PlannedVoice) -> VoiceOutput {
@@ -101,20 +72,19 @@ impl VoiceLanes {
         ready.map(|(lane_id, model, work)| PlannedVoice { lane_id, model, work }).collect()
     }
 
-    /// Sends each step's audio; a lane whose audio is complete or failed ends.
-    pub fn apply(&mut self, outputs: Vec<VoiceOutput>) {
+    /// Puts each step's audio in the outbox; a lane whose audio is complete or failed ends.
+    pub fn apply(&mut self, outputs: Vec<VoiceOutput>, outbox: &mut Outbox) {
         for out in outputs {
             let Some(i) = self.lanes.iter().position(|l| l.lane_id == out.lane_id) else { continue };
-            match (out.result, out.state) {
+            let (to, audio) = match (out.result, out.state) {
                 (Ok(Some(pcm)), Some(state)) => {
-                    self.lanes[i].to.do_send(VoiceAudio { pcm: Ok(pcm), finished: false });
                     self.lanes[i].work = Some(VoiceWork::Step(state));
+                    (self.lanes[i].to.clone(), VoiceAudio { pcm: Ok(pcm), finished: false })
                 }
-                (Ok(_), _) => {
-                    self.lanes.swap_remove(i).to.do_send(VoiceAudio { pcm: Ok(Vec::new()), finished: true });
-                }
-                (Err(e), _) => self.lanes.swap_remove(i).to.do_send(VoiceAudio { pcm: Err(e), finished: true }),
-            }
+                (Ok(_), _) => (self.lanes.swap_remove(i).to, VoiceAudio { pcm: Ok(Vec::new()), finished: true }),
+                (Err(e), _) => (self.lanes.swap_remove(i).to, VoiceAudio { pcm: Err(e), finished: true }),
+            };
+            outbox.voices.push((to, audio));
         }
     }
 
@@ -123,17 +93,17 @@ impl VoiceLanes {
         self.lanes.retain(|l| l.lane_id != lane_id);
     }
 
-    /// Ends the running lane `lane_id`, if it is a voice lane, with `why`.
-    pub fn fail(&mut self, lane_id: u64, why: &EngineError) {
+    /// Ends the running lane `lane_id`, if it is a voice lane, with `why` in the outbox.
+    pub fn fail(&mut self, lane_id: u64, why: &EngineError, outbox: &mut Outbox) {
         if let Some(i) = self.lanes.iter().position(|l| l.lane_id == lane_id) {
-            self.lanes.swap_remove(i).to.do_send(VoiceAudio { pcm: Err(why.clone()), finished: true });
+            outbox.voices.push((self.lanes.swap_remove(i).to, VoiceAudio { pcm: Err(why.clone()), finished: true }));
         }
     }
 
-    /// Ends every running lane with `why`; waiting requests keep their place.
-    pub fn fail_running(&mut self, why: &EngineError) {
+    /// Ends every running lane with `why` in the outbox; waiting requests keep their place.
+    pub fn fail_running(&mut self, why: &EngineError, outbox: &mut Outbox) {
         for lane in self.lanes.drain(..) {
-            lane.to.do_send(VoiceAudio { pcm: Err(why.clone()), finished: true });
+            outbox.voices.push((lane.to, VoiceAudio { pcm: Err(why.clone()), finished: true }));
         }
     }
 

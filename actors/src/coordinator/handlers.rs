@@ -3,9 +3,9 @@
 use actix::prelude::*;
 use tensorfold_engine::boundary::EngineError;
 
-use super::{Coordinator, Enqueue, EnqueueEmbed, EnqueueVoice, Release};
+use super::{Coordinator, Enqueue, EnqueueEmbed, EnqueueVoice};
 use crate::embed::EmbedRequest;
-use crate::request::LaneFailed;
+use crate::messages::{LaneFailed, Release};
 use crate::request_types::SubmitError;
 use crate::round::ModelId;
 use crate::voice::VoiceRequest;
