@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use tensorfold_kernels::sampling::{distinct, log_softmax, sample, sample_kept, SamplingParams};
 use tokio::sync::oneshot;
 
-use tensorfold_engine::boundary::{Engine, EngineError, Keep, LaneStep, Logits, Voice};
+use tensorfold_engine::boundary::{Engine, EngineError, Keep, LaneStep, Logits, Synth};
 
 use crate::draft::{StepCost, TIMED_WIDTHS};
 use crate::model_slot::ModelSlot;
@@ -170,7 +170,7 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
     if !plan.codec.is_empty() {
         tracing::debug!(windows = plan.codec.len(), codec_us = started.elapsed().as_micros() as u64, "codec");
     }
-    let voices: Vec<Option<&dyn Voice>> = models
+    let voices: Vec<Option<&dyn Synth>> = models
         .iter()
         .map(|m| match m {
             ModelSlot::Voice(v) => Some(v.as_ref()),

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use std::collections::HashMap;
 
-use tensorfold_engine::boundary::{Codec, EmbedWork, Engine, Output, TokenWork, Voice, VoiceInput, Work};
+use tensorfold_engine::boundary::{Codec, EmbedWork, Engine, Output, Synth, TokenWork, VoiceInput, Work};
 use tensorfold_lend::Lent;
 
 use crate::coordinator::{Close, Coordinator, Enqueue, EnqueueEmbed, EnqueueVoice, Schedule};
@@ -56,7 +56,7 @@ pub enum ModelKind {
     /// Token lanes over a KV pool; a speech model's codec decodes its lanes' frames in the same rounds.
     Tokens { engine: Box<dyn Engine>, codec: Option<Box<dyn Codec>> },
     /// Voice lanes: a sentence step, then a window of audio per round.
-    Voice(Box<dyn Voice>),
+    Voice(Box<dyn Synth>),
     /// A draft model of the token model named `target`, with the same vocabulary: requests do not name it; it
     /// drafts for the target's lanes in the same rounds.
     Draft { engine: Box<dyn Engine>, target: String },

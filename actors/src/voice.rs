@@ -1,14 +1,14 @@
 //! Voice lanes, which speak without tokens: a lane prepares each sentence in one round, then makes audio a window per round.
 
 use actix::prelude::*;
-use tensorfold_engine::boundary::{EngineError, Voice, VoiceInput};
+use tensorfold_engine::boundary::{EngineError, Synth, VoiceInput};
 
 use crate::messages::VoiceAudio;
 use crate::outbox::Outbox;
 use crate::round::{ModelId, PlannedVoice, VoiceOutput, VoiceWork};
 
 /// Runs one planned step on the engine thread.
-pub fn run_step(voice: &dyn Voice, planned: PlannedVoice) -> VoiceOutput {
+pub fn run_step(voice: &dyn Synth, planned: PlannedVoice) -> VoiceOutput {
     let mut state = match planned.work {
         VoiceWork::Start(input) => voice.start(input),
         VoiceWork::Step(state) => state,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::sync::mpsc::Receiver;
 
-use tensorfold_engine::boundary::{EngineError, Voice, VoiceInput, VoiceState};
+use tensorfold_engine::boundary::{EngineError, Synth, VoiceInput, VoiceState};
 
 use crate::coordinator::{Drafting, Schedule};
 use crate::request_types::{Event, SubmitError, ValidRequest, Work};
@@ -21,7 +21,7 @@ struct FakeState {
     window: Option<usize>,
 }
 
-impl Voice for FakeVoice {
+impl Synth for FakeVoice {
     fn start(&self, input: VoiceInput) -> Box<dyn VoiceState> {
         Box::new(FakeState { input, chunk: 0, window: None })
     }

@@ -222,8 +222,8 @@ pub struct VoiceInput {
     pub seed: u64,
 }
 
-/// A voice model, run on the engine thread.
-pub trait Voice: Send + Sync {
+/// A speech model without tokens (the default voice), run on the engine thread; `voices::Voice` is a voice preset.
+pub trait Synth: Send + Sync {
     /// A lane's state before its first step.
     fn start(&self, input: VoiceInput) -> Box<dyn VoiceState>;
 }

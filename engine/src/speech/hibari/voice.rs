@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::boundary::{EngineError, Voice, VoiceInput, VoiceState};
+use crate::boundary::{EngineError, Synth, VoiceInput, VoiceState};
 use tensorfold_audio::hibari::{Frames, Vocoder, VocoderStream, SAMPLE_RATE};
 
 use super::acoustic::{AcousticError, AcousticModel, DecodedFrames, DecoderRows, Prepared};
@@ -58,7 +58,7 @@ impl HibariVoice {
 /// The voice as the runtime's engine thread holds it.
 pub struct HibariModel(pub Arc<HibariVoice>);
 
-impl Voice for HibariModel {
+impl Synth for HibariModel {
     fn start(&self, input: VoiceInput) -> Box<dyn VoiceState> {
         Box::new(Lane { voice: self.0.clone(), input, chunk: 0, sentence: None })
     }
