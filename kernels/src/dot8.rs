@@ -1,5 +1,6 @@
 //! Integer matmul as llama.cpp computes it on CPU: each activation row is quantized to 8 bits in blocks of 32, and
-//! each block's products with a Q4_0, Q4_1 or Q8_0 weight block are summed exactly in integers.
+//! each block's products with the 32 weights beside it (Q4_0, Q4_1, Q8_0, or a K-quant's sub-block) are summed
+//! exactly in integers.
 //!
 //! The float arithmetic around the exact sums is fixed: block b's eight 4-element partial sums, times `d_w * d_x`,
 //! go by fused multiply-add into lanes `8 * (b % 2) + l` in ascending block order, and the 16 lanes are added in
@@ -95,6 +96,9 @@ pub(crate) enum Format {
     Q4_0,
     Q4_1,
     Q8_0,
+    Q4K,
+    Q5K,
+    Q6K,
 }
 
 impl Format {
@@ -103,16 +107,46 @@ impl Format {
             GgmlType::Q4_0 => Some(Format::Q4_0),
             GgmlType::Q4_1 => Some(Format::Q4_1),
             GgmlType::Q8_0 => Some(Format::Q8_0),
+            GgmlType::Q4K => Some(Format::Q4K),
+            GgmlType::Q5K => Some(Format::Q5K),
+            GgmlType::Q6K => Some(Format::Q6K),
             _ => None,
         }
     }
 
-    pub(crate) fn block_bytes(self) -> usize {
+    /// Bytes of one stored block of `unit_len` elements.
+    pub(crate) fn unit_bytes(self) -> usize {
         match self {
             Format::Q4_0 => 18,
             Format::Q4_1 => 20,
             Format::Q8_0 => 34,
+            Format::Q4K => 144,
+            Format::Q5K => 176,
+            Format::Q6K => 210,
         }
+    }
+
+    /// Elements of one stored block: 32, or a K-quant's super-block of 256.
+    pub(crate) fn unit_len(self) -> usize {
+        if self.is_k() {
+            crate::dot8_k::SUPER
+        } else {
+            BLOCK
+        }
+    }
+
+    pub(crate) fn is_k(self) -> bool {
+        matches!(self, Format::Q4K | Format::Q5K | Format::Q6K)
+    }
+
+    /// Whether blocks carry a minimum, whose share meets the activations' block sums.
+    pub(crate) fn has_mins(self) -> bool {
+        matches!(self, Format::Q4_1 | Format::Q4K | Format::Q5K)
+    }
+
+    /// Where the bytes of 32-element block `b` of a row begin, near enough to prefetch by.
+    pub(crate) fn byte_of(self, b: usize) -> usize {
+        b * self.unit_bytes() * BLOCK / self.unit_len()
     }
 }
 
@@ -185,7 +219,7 @@ pub fn matmul_q8_on(isa: Isa, x: &Q8Rows, w: &Weight, out: &mut [f32]) {
     assert_eq!(x.cols, k, "matmul_q8: activations are {} wide, weights {k}", x.cols);
     assert_eq!(out.len(), num_rows * n, "matmul_q8: output is not {num_rows} x {n}");
     assert!(isa.available(), "matmul_q8: {isa:?} does not run here");
-    let row_bytes = k / BLOCK * fmt.block_bytes();
+    let row_bytes = k / fmt.unit_len() * fmt.unit_bytes();
     let rows: Vec<Row> = (0..num_rows).map(|r| x.row(r)).collect();
     let ptr = OutPtr(out.as_mut_ptr());
     (0..n.div_ceil(ROWS_PER_TASK)).into_par_iter().for_each(|task| {
@@ -234,12 +268,17 @@ pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
     f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
 }
 
-/// A weight block as 32 signed integers, its scale and (Q4_1) its minimum.
-fn decode(fmt: Format, blk: &[u8]) -> ([i8; BLOCK], f32, f32) {
+/// Block `b` of a weight row as 32 signed integers, the scales of its elements 0..16 and 16..32, and its minimum.
+pub(crate) fn decode(fmt: Format, row: &[u8], b: usize) -> ([i8; BLOCK], [f32; 2], f32) {
+    if fmt.is_k() {
+        let sup = &row[b / 8 * fmt.unit_bytes()..(b / 8 + 1) * fmt.unit_bytes()];
+        return crate::dot8_k::decode(fmt, sup, b % 8);
+    }
+    let blk = &row[b * fmt.unit_bytes()..(b + 1) * fmt.unit_bytes()];
     let mut w = [0i8; BLOCK];
     match fmt {
         Format::Q8_0 => w.iter_mut().zip(&blk[2..34]).for_each(|(w, &q)| *w = q as i8),
-        Format::Q4_0 | Format::Q4_1 => {
+        _ => {
             let (qs, offset) = if fmt == Format::Q4_1 { (&blk[4..20], 0) } else { (&blk[2..18], 8) };
             for (i, &q) in qs.iter().enumerate() {
                 w[i] = (q & 15) as i8 - offset;
@@ -248,7 +287,8 @@ fn decode(fmt: Format, blk: &[u8]) -> ([i8; BLOCK], f32, f32) {
         }
     }
     let min = if fmt == Format::Q4_1 { f16_at(blk, 2) } else { 0.0 };
-    (w, f16_at(blk, 0), min)
+    let d = f16_at(blk, 0);
+    (w, [d, d], min)
 }
 
 /// The fixed sum of the 16 lanes: lane l with lane l + 8, then the tree of `simd`'s 8-lane sum.
@@ -257,9 +297,9 @@ pub(crate) fn reduce16(a: &[f32; 2 * LANES]) -> f32 {
     ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
 }
 
-/// The lanes' sum plus, for Q4_1, the minimums' share.
+/// The lanes' sum plus, where blocks have minimums, the minimums' share.
 pub(crate) fn finish(fmt: Format, lanes: f32, mins: f32) -> f32 {
-    if fmt == Format::Q4_1 {
+    if fmt.has_mins() {
         lanes + mins
     } else {
         lanes
@@ -270,17 +310,18 @@ pub(crate) fn finish(fmt: Format, lanes: f32, mins: f32) -> f32 {
 fn dot_scalar<const R: usize>(fmt: Format, w: &[u8], rows: &[Row; R], out: &mut [f32; R]) {
     let mut acc = [[0f32; 2 * LANES]; R];
     let mut mins = [0f32; R];
-    for (b, blk) in w.chunks_exact(fmt.block_bytes()).enumerate() {
-        let (wq, dw, mw) = decode(fmt, blk);
+    let num_blocks = w.len() / fmt.unit_bytes() * (fmt.unit_len() / BLOCK);
+    for b in 0..num_blocks {
+        let (wq, dw, mw) = decode(fmt, w, b);
         for r in 0..R {
             let x = &rows[r].biased[b * BLOCK..(b + 1) * BLOCK];
-            let scale = dw * rows[r].scales[b * LANES];
             for l in 0..LANES {
+                let scale = dw[l / 4] * rows[r].scales[b * LANES + l];
                 let lane: i32 = (4 * l..4 * l + 4).map(|i| (x[i] as i32 - 128) * wq[i] as i32).sum();
                 let a = &mut acc[r][LANES * (b % 2) + l];
                 *a = scale.mul_add(lane as f32, *a);
             }
-            if fmt == Format::Q4_1 {
+            if fmt.has_mins() {
                 mins[r] = mw.mul_add(rows[r].sums[b], mins[r]);
             }
         }

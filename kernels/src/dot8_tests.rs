@@ -6,23 +6,41 @@ fn lcg(seed: &mut u64) -> f32 {
     ((*seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
 }
 
-const TYPES: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0];
+const TYPES: [GgmlType; 6] =
+    [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K];
 
 /// Random blocks with small scales; Q8_0 bytes cover the whole i8 range, -128 included.
 fn quant_weight(ty: GgmlType, rows: usize, cols: usize, seed: &mut u64) -> Weight {
-    let n = rows * cols / 32 * ty.block_bytes();
+    let n = rows * cols / ty.block_len() * ty.block_bytes();
     let mut data: Vec<u8> = (0..n).map(|_| ((lcg(seed) + 0.5) * 256.0) as u8).collect();
     for b in data.chunks_exact_mut(ty.block_bytes()) {
-        b[..2].copy_from_slice(&f16::from_f32(lcg(seed) * 0.1).to_le_bytes());
-        if ty == GgmlType::Q4_1 {
-            b[2..4].copy_from_slice(&f16::from_f32(lcg(seed) * 0.1).to_le_bytes());
-        }
+        let mut put =
+            |at: usize, scale: f32| b[at..at + 2].copy_from_slice(&f16::from_f32(lcg(seed) * scale).to_le_bytes());
+        match ty {
+            GgmlType::Q4_1 => (put(0, 0.1), put(2, 0.1)),
+            // The 6-bit scales and minimums multiply these.
+            GgmlType::Q4K | GgmlType::Q5K => (put(0, 0.004), put(2, 0.004)),
+            GgmlType::Q6K => (put(208, 0.002), ()),
+            _ => (put(0, 0.1), ()),
+        };
     }
     if ty == GgmlType::Q8_0 {
         data[2] = 0x80;
     }
     Weight::Quant { ty, rows, cols, data }
 }
+
+/// Row widths to test a type on: odd and even counts of 32-element blocks, and the model's widths.
+fn widths(ty: GgmlType) -> &'static [usize] {
+    if ty.block_len() == 256 {
+        &[256, 768, 1536]
+    } else {
+        &[32, 96, 160, 576, 1536]
+    }
+}
+
+/// A width every type holds whole blocks of.
+const K: usize = 768;
 
 /// Rows of mixed magnitude, with an all-zero block and a block whose largest value is negative.
 fn activations(num_rows: usize, cols: usize, seed: &mut u64) -> Vec<f32> {
@@ -70,7 +88,7 @@ fn test_every_isa_equals_scalar_bit_for_bit() {
     let mut checked = Vec::new();
     for ty in TYPES {
         // Odd and even block counts, the model's widths among them.
-        for cols in [32, 96, 160, 576, 1536] {
+        for &cols in widths(ty) {
             let w = quant_weight(ty, 37, cols, &mut seed);
             for num_rows in 1..=9 {
                 let x = activations(num_rows, cols, &mut seed);
@@ -92,7 +110,7 @@ fn test_every_isa_equals_scalar_bit_for_bit() {
 fn test_row_alone_equals_row_in_batches_of_1_to_9() {
     let mut seed = 17;
     for ty in TYPES {
-        let w = quant_weight(ty, 45, 576, &mut seed);
+        let w = quant_weight(ty, 45, K, &mut seed);
         let k = w.cols();
         let pool = activations(9, k, &mut seed);
         let probe = &pool[3 * k..4 * k];
@@ -115,7 +133,7 @@ fn test_row_alone_equals_row_in_batches_of_1_to_9() {
 fn test_result_equals_dequantized_activations_times_weights() {
     let mut seed = 23;
     for ty in TYPES {
-        let (n, k, num_rows) = (29, 160, 3);
+        let (n, k, num_rows) = (29, K, 3);
         let w = quant_weight(ty, n, k, &mut seed);
         let x = activations(num_rows, k, &mut seed);
         let q = Q8Rows::quantize(&x, num_rows);
@@ -140,7 +158,7 @@ fn test_result_equals_dequantized_activations_times_weights() {
 fn test_result_is_within_the_quantization_bound_of_f32() {
     let mut seed = 29;
     for ty in TYPES {
-        let (n, k, num_rows) = (41, 576, 5);
+        let (n, k, num_rows) = (41, K, 5);
         let w = quant_weight(ty, n, k, &mut seed);
         let x = activations(num_rows, k, &mut seed);
         let got = run(Isa::best(), &x, num_rows, &w);
@@ -177,6 +195,40 @@ fn test_result_is_within_the_quantization_bound_of_f32() {
 }
 
 #[test]
+fn test_k_quant_sub_blocks_decode_to_the_dequantized_values() {
+    let mut seed = 37;
+    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        let w = quant_weight(ty, 3, 512, &mut seed);
+        let Weight::Quant { data, .. } = &w else { unreachable!() };
+        let fmt = Format::of(ty).unwrap();
+        let dense = w.to_f32();
+        for (r, row) in data.chunks_exact(2 * ty.block_bytes()).enumerate() {
+            for b in 0..16 {
+                let (wq, dw, mw) = decode(fmt, row, b);
+                for l in 0..BLOCK {
+                    let v = dw[l / 16] * wq[l] as f32 + mw;
+                    assert_eq!(v, dense[r * 512 + b * BLOCK + l], "{ty:?} row {r} block {b} element {l}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn test_k_quants_take_the_f32_path_as_their_f32_values_do() {
+    let mut seed = 43;
+    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        let w = quant_weight(ty, 37, K, &mut seed);
+        let dense = Weight::F32 { rows: 37, cols: K, data: w.to_f32() };
+        let x = activations(6, K, &mut seed);
+        let (mut got, mut want) = (vec![0f32; 6 * 37], vec![0f32; 6 * 37]);
+        matmul(&x, 6, &w, &mut got);
+        matmul(&x, 6, &dense, &mut want);
+        assert!(same_bits(&got, &want), "{ty:?}");
+    }
+}
+
+#[test]
 fn test_matmul_with_int8_uses_the_integer_path_and_f32_the_other() {
     let mut seed = 41;
     let w = quant_weight(GgmlType::Q4_1, 20, 96, &mut seed);
@@ -202,6 +254,9 @@ fn bench_int8_against_f32_on_model_shapes() {
         ("gate_up", GgmlType::Q4_1, 3072, 576),
         ("down", GgmlType::Q4_1, 576, 1536),
         ("head", GgmlType::Q8_0, 49152, 576),
+        ("down", GgmlType::Q4K, 576, 1536),
+        ("down", GgmlType::Q5K, 576, 1536),
+        ("down", GgmlType::Q6K, 576, 1536),
     ] {
         let w = quant_weight(ty, n, k, &mut seed);
         for num_rows in [1, 64] {

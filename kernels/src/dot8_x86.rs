@@ -55,15 +55,31 @@ unsafe fn min_of(fmt: Format, blk: *const u8) -> f32 {
     }
 }
 
+/// Block `b` of a weight row: its 32 weights as i8, each lane's weight scale, and its minimum.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn operand(fmt: Format, row: *const u8, b: usize) -> (__m256i, __m256, f32) {
+    if fmt.is_k() {
+        return crate::dot8_k::operand_avx2(fmt, row, b);
+    }
+    let blk = row.add(b * fmt.unit_bytes());
+    (weights(fmt, blk), _mm256_set1_ps(f16c_at(blk)), min_of(fmt, blk))
+}
+
 /// Block `b` of one weight row into one accumulator per row, the AVX2 way.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_avx2<const R: usize>(fmt: Format, blk: *const u8, b: usize, rows: &[Row; R], acc: &mut [__m256; R]) {
+unsafe fn block_avx2<const R: usize>(
+    fmt: Format,
+    op: (__m256i, __m256),
+    b: usize,
+    rows: &[Row; R],
+    acc: &mut [__m256; R],
+) {
     let ones = _mm256_set1_epi16(1);
-    let wv = weights(fmt, blk);
+    let (wv, dw) = op;
     let abs_w = _mm256_abs_epi8(wv);
     let corr = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(-128), wv), ones);
-    let dw = _mm256_set1_ps(f16c_at(blk));
     for r in 0..R {
         let xu = _mm256_loadu_si256(rows[r].biased.as_ptr().add(b * BLOCK) as *const __m256i);
         let p = if fmt == Format::Q8_0 {
@@ -80,17 +96,10 @@ unsafe fn block_avx2<const R: usize>(fmt: Format, blk: *const u8, b: usize, rows
 /// Block `b` of one weight row into one accumulator per row, by 256-bit `vpdpbusd`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-unsafe fn block_avx_vnni<const R: usize>(
-    fmt: Format,
-    blk: *const u8,
-    b: usize,
-    rows: &[Row; R],
-    acc: &mut [__m256; R],
-) {
+unsafe fn block_avx_vnni<const R: usize>(op: (__m256i, __m256), b: usize, rows: &[Row; R], acc: &mut [__m256; R]) {
     let zero = _mm256_setzero_si256();
-    let wv = weights(fmt, blk);
+    let (wv, dw) = op;
     let neg_corr = _mm256_sub_epi32(zero, _mm256_dpbusd_avx_epi32(zero, _mm256_set1_epi8(-128), wv));
-    let dw = _mm256_set1_ps(f16c_at(blk));
     for r in 0..R {
         let xu = _mm256_loadu_si256(rows[r].biased.as_ptr().add(b * BLOCK) as *const __m256i);
         let p = _mm256_dpbusd_avx_epi32(neg_corr, xu, wv);
@@ -99,12 +108,11 @@ unsafe fn block_avx_vnni<const R: usize>(
     }
 }
 
-/// The Q4_1 minimums' share of block `b`, added in block order.
+/// The minimum `mw`'s share of block `b`, added in block order.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn add_mins<const R: usize>(fmt: Format, blk: *const u8, b: usize, rows: &[Row; R], mins: &mut [f32; R]) {
-    if fmt == Format::Q4_1 {
-        let mw = f16c_at(blk.add(2));
+unsafe fn add_mins<const R: usize>(fmt: Format, mw: f32, b: usize, rows: &[Row; R], mins: &mut [f32; R]) {
+    if fmt.has_mins() {
         for r in 0..R {
             mins[r] = mw.mul_add(rows[r].sums[b], mins[r]);
         }
@@ -115,15 +123,15 @@ unsafe fn add_mins<const R: usize>(fmt: Format, blk: *const u8, b: usize, rows: 
 /// The CPU must support AVX2, FMA and F16C; each row holds the blocks of `w`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_avx2<const R: usize>(fmt: Format, w: &[u8], rows: &[Row; R], out: &mut [f32; R]) {
-    let bytes = fmt.block_bytes();
-    let num_blocks = w.len() / bytes;
+    let num_blocks = w.len() / fmt.unit_bytes() * (fmt.unit_len() / BLOCK);
     let (mut even, mut odd) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
     let mut mins = [0f32; R];
     for b in 0..num_blocks {
-        let blk = w.as_ptr().add(b * bytes);
-        _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(crate::simd512::PREFETCH_BYTES) as *const i8);
-        block_avx2(fmt, blk, b, rows, if b % 2 == 0 { &mut even } else { &mut odd });
-        add_mins(fmt, blk, b, rows, &mut mins);
+        let ahead = w.as_ptr().wrapping_add(fmt.byte_of(b) + crate::simd512::PREFETCH_BYTES);
+        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+        let (wv, dw, mw) = operand(fmt, w.as_ptr(), b);
+        block_avx2(fmt, (wv, dw), b, rows, if b % 2 == 0 { &mut even } else { &mut odd });
+        add_mins(fmt, mw, b, rows, &mut mins);
     }
     for r in 0..R {
         out[r] = finish(fmt, hsum(_mm256_add_ps(even[r], odd[r])), mins[r]);
@@ -134,28 +142,37 @@ pub unsafe fn dot_avx2<const R: usize>(fmt: Format, w: &[u8], rows: &[Row; R], o
 /// The CPU must support AVX2, FMA, F16C and AVX-VNNI; each row holds the blocks of `w`.
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 pub unsafe fn dot_avx_vnni<const R: usize>(fmt: Format, w: &[u8], rows: &[Row; R], out: &mut [f32; R]) {
-    let bytes = fmt.block_bytes();
-    let num_blocks = w.len() / bytes;
+    let num_blocks = w.len() / fmt.unit_bytes() * (fmt.unit_len() / BLOCK);
     let (mut even, mut odd) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
     let mut mins = [0f32; R];
     for b in 0..num_blocks {
-        let blk = w.as_ptr().add(b * bytes);
-        _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(crate::simd512::PREFETCH_BYTES) as *const i8);
-        block_avx_vnni(fmt, blk, b, rows, if b % 2 == 0 { &mut even } else { &mut odd });
-        add_mins(fmt, blk, b, rows, &mut mins);
+        let ahead = w.as_ptr().wrapping_add(fmt.byte_of(b) + crate::simd512::PREFETCH_BYTES);
+        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+        let (wv, dw, mw) = operand(fmt, w.as_ptr(), b);
+        block_avx_vnni((wv, dw), b, rows, if b % 2 == 0 { &mut even } else { &mut odd });
+        add_mins(fmt, mw, b, rows, &mut mins);
     }
     for r in 0..R {
         out[r] = finish(fmt, hsum(_mm256_add_ps(even[r], odd[r])), mins[r]);
     }
 }
 
-/// Two consecutive blocks' weights: lanes 0..8 of the sums come from the first, 8..16 from the second.
+/// Blocks `b` and `b + 1` of a weight row: lanes 0..8 of the sums come from the first, 8..16 from the second.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn weights_pair(fmt: Format, blk0: *const u8, blk1: *const u8) -> __m512i {
+unsafe fn operand_pair(fmt: Format, row: *const u8, b: usize) -> (__m512i, __m512, f32, f32) {
+    if fmt.is_k() {
+        let ((w0, d0, m0), (w1, d1, m1)) = (operand(fmt, row, b), operand(fmt, row, b + 1));
+        let w = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
+        return (w, join(d0, d1), m0, m1);
+    }
+    let (blk0, blk1) = (row.add(b * fmt.unit_bytes()), row.add((b + 1) * fmt.unit_bytes()));
+    let dw = join(_mm256_set1_ps(f16c_at(blk0)), _mm256_set1_ps(f16c_at(blk1)));
+    let (mw0, mw1) = (min_of(fmt, blk0), min_of(fmt, blk1));
     if fmt == Format::Q8_0 {
         let w0 = _mm256_loadu_si256(blk0.add(2) as *const __m256i);
-        return _mm512_inserti64x4(_mm512_castsi256_si512(w0), _mm256_loadu_si256(blk1.add(2) as *const __m256i), 1);
+        let w = _mm512_inserti64x4(_mm512_castsi256_si512(w0), _mm256_loadu_si256(blk1.add(2) as *const __m256i), 1);
+        return (w, dw, mw0, mw1);
     }
     let at = if fmt == Format::Q4_1 { 4 } else { 2 };
     let raw0 = _mm_loadu_si128(blk0.add(at) as *const __m128i);
@@ -167,41 +184,37 @@ unsafe fn weights_pair(fmt: Format, blk0: *const u8, blk1: *const u8) -> __m512i
     // [lo0, lo1, hi0, hi1] in 128-bit quarters becomes [lo0, hi0, lo1, hi1].
     let z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     let w = _mm512_shuffle_i64x2(z, z, 0b11_01_10_00);
-    if fmt == Format::Q4_0 {
-        _mm512_sub_epi8(w, _mm512_set1_epi8(8))
-    } else {
-        w
-    }
+    let w = if fmt == Format::Q4_0 { _mm512_sub_epi8(w, _mm512_set1_epi8(8)) } else { w };
+    (w, dw, mw0, mw1)
+}
+
+/// Two 8-lane vectors as the low and high halves of one.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn join(lo: __m256, hi: __m256) -> __m512 {
+    _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1))
 }
 
 /// # Safety
 /// The CPU must support AVX-512F, BW, VL and VNNI, AVX2, FMA and F16C; each row holds the blocks of `w`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn dot_avx512_vnni<const R: usize>(fmt: Format, w: &[u8], rows: &[Row; R], out: &mut [f32; R]) {
-    let bytes = fmt.block_bytes();
-    let num_blocks = w.len() / bytes;
+    let num_blocks = w.len() / fmt.unit_bytes() * (fmt.unit_len() / BLOCK);
     let mut acc = [_mm512_setzero_ps(); R];
     let mut mins = [0f32; R];
     let zero = _mm512_setzero_si512();
     let mut b = 0;
     while b + 2 <= num_blocks {
-        let (blk0, blk1) = (w.as_ptr().add(b * bytes), w.as_ptr().add((b + 1) * bytes));
-        _mm_prefetch::<_MM_HINT_T0>(blk0.wrapping_add(crate::simd512::PREFETCH_BYTES) as *const i8);
-        let wv = weights_pair(fmt, blk0, blk1);
+        let ahead = w.as_ptr().wrapping_add(fmt.byte_of(b) + crate::simd512::PREFETCH_BYTES);
+        _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+        let (wv, dw, mw0, mw1) = operand_pair(fmt, w.as_ptr(), b);
         let neg_corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(-128), wv));
-        let dw0 = _mm512_castps256_ps512(_mm256_set1_ps(f16c_at(blk0)));
-        let dw = _mm512_castpd_ps(_mm512_insertf64x4(
-            _mm512_castps_pd(dw0),
-            _mm256_castps_pd(_mm256_set1_ps(f16c_at(blk1))),
-            1,
-        ));
-        let (mw0, mw1) = (min_of(fmt, blk0), min_of(fmt, blk1));
         for r in 0..R {
             let xu = _mm512_loadu_si512(rows[r].biased.as_ptr().add(b * BLOCK) as *const _);
             let p = _mm512_dpbusd_epi32(neg_corr, xu, wv);
             let scale = _mm512_mul_ps(dw, _mm512_loadu_ps(rows[r].scales.as_ptr().add(b * LANES)));
             acc[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(p), acc[r]);
-            if fmt == Format::Q4_1 {
+            if fmt.has_mins() {
                 mins[r] = mw0.mul_add(rows[r].sums[b], mins[r]);
                 mins[r] = mw1.mul_add(rows[r].sums[b + 1], mins[r]);
             }
@@ -210,18 +223,16 @@ pub unsafe fn dot_avx512_vnni<const R: usize>(fmt: Format, w: &[u8], rows: &[Row
     }
     if b < num_blocks {
         // An odd last block has an even index, so it feeds lanes 0..8 alone.
-        let blk = w.as_ptr().add(b * bytes);
-        let wv = weights(fmt, blk);
+        let (wv, dw, mw) = operand(fmt, w.as_ptr(), b);
         let zero = _mm256_setzero_si256();
         let neg_corr = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(-128), wv));
-        let (dw, mw) = (_mm256_set1_ps(f16c_at(blk)), min_of(fmt, blk));
         for r in 0..R {
             let xu = _mm256_loadu_si256(rows[r].biased.as_ptr().add(b * BLOCK) as *const __m256i);
             let p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(neg_corr, xu, wv));
             let scale = _mm256_mul_ps(dw, _mm256_loadu_ps(rows[r].scales.as_ptr().add(b * LANES)));
             let (scale, p) = (_mm512_castps256_ps512(scale), _mm512_castps256_ps512(p));
             acc[r] = _mm512_mask3_fmadd_ps(scale, p, acc[r], 0x00FF);
-            if fmt == Format::Q4_1 {
+            if fmt.has_mins() {
                 mins[r] = mw.mul_add(rows[r].sums[b], mins[r]);
             }
         }

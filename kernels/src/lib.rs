@@ -5,6 +5,7 @@ pub mod conv;
 pub mod cuda;
 pub mod cuda_pack;
 pub mod dot8;
+mod dot8_k;
 #[cfg(target_arch = "x86_64")]
 mod dot8_x86;
 pub mod gelu;

@@ -3,7 +3,7 @@
 use rayon::prelude::*;
 
 use crate::dot8;
-use crate::quant::GgmlType;
+use crate::quant::{dequantize, GgmlType};
 use crate::simd::{self, Tile};
 use crate::weight::Weight;
 
@@ -19,7 +19,7 @@ pub(crate) struct OutPtr(pub(crate) *mut f32);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
-/// The arithmetic a Q4_0, Q4_1 or Q8_0 weight meets its activations in; other weights always take f32.
+/// The arithmetic a quantized weight (legacy or K-quant) meets its activations in; f32 weights always take f32.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Activations {
     /// Each row quantized to 8 bits per block of 32, integer dot products: llama.cpp's CPU arithmetic.
@@ -68,17 +68,21 @@ pub fn matmul(x: &[f32], num_rows: usize, w: &Weight, out: &mut [f32]) {
         // The closure must take the Send wrapper whole, not its raw pointer field.
         #[allow(clippy::redundant_locals)]
         let ptr = ptr;
+        let (j0, j1) = (task * ROWS_PER_TASK, ((task + 1) * ROWS_PER_TASK).min(n));
+        let dense = dense_rows(w, j0, j1);
+        let w = dense.as_ref().unwrap_or(w);
         let mut m = 0;
         // A tile of activations meets every weight row of the task while both sit in L1.
         while m < num_rows {
             let take = (num_rows - m).min(TILE);
-            for j in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(n) {
+            for j in j0..j1 {
                 let mut res = [0f32; TILE];
+                let at = if dense.is_some() { j - j0 } else { j };
                 match take {
-                    4 => row_dot::<4>(w, j, &rows[m..], &sums[m..], &mut res),
-                    3 => row_dot::<3>(w, j, &rows[m..], &sums[m..], &mut res),
-                    2 => row_dot::<2>(w, j, &rows[m..], &sums[m..], &mut res),
-                    _ => row_dot::<1>(w, j, &rows[m..], &sums[m..], &mut res),
+                    4 => row_dot::<4>(w, at, &rows[m..], &sums[m..], &mut res),
+                    3 => row_dot::<3>(w, at, &rows[m..], &sums[m..], &mut res),
+                    2 => row_dot::<2>(w, at, &rows[m..], &sums[m..], &mut res),
+                    _ => row_dot::<1>(w, at, &rows[m..], &sums[m..], &mut res),
                 }
                 for (r, v) in res[..take].iter().enumerate() {
                     // SAFETY: (m + r, j) is in bounds and written by this task alone.
@@ -88,6 +92,17 @@ pub fn matmul(x: &[f32], num_rows: usize, w: &Weight, out: &mut [f32]) {
             m += take;
         }
     });
+}
+
+/// Rows `j0..j1` of a K-quant weight as f32, which meet the activations as an f32 weight's rows would.
+fn dense_rows(w: &Weight, j0: usize, j1: usize) -> Option<Weight> {
+    let Weight::Quant { ty: ty @ (GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K), cols, data, .. } = w else {
+        return None;
+    };
+    let row_bytes = cols / ty.block_len() * ty.block_bytes();
+    let mut out = vec![0f32; (j1 - j0) * cols];
+    dequantize(*ty, &data[j0 * row_bytes..j1 * row_bytes], &mut out);
+    Some(Weight::F32 { rows: j1 - j0, cols: *cols, data: out })
 }
 
 fn row_dot<const R: usize>(w: &Weight, j: usize, rows: &[&[f32]], sums: &[&[f32]], res: &mut [f32; TILE]) {
@@ -102,7 +117,7 @@ fn row_dot<const R: usize>(w: &Weight, j: usize, rows: &[&[f32]], sums: &[&[f32]
                 GgmlType::Q8_0 => simd::q8_0_dot(row, &tile, &mut out),
                 GgmlType::Q4_0 => simd::q4_dot(row, &tile, &mut out, false),
                 GgmlType::Q4_1 => simd::q4_dot(row, &tile, &mut out, true),
-                other => panic!("matmul: {other:?} weights are dequantized at load"),
+                other => panic!("matmul: {other:?} rows are dequantized per task"),
             }
         }
     }

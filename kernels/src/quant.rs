@@ -136,7 +136,7 @@ fn dequantize_q8_0(b: &[u8], y: &mut [f32]) {
 }
 
 /// The 6-bit scale and minimum of sub-block `j` (0..8) from the 12 packed bytes of Q4_K/Q5_K.
-fn k_scale_min(s: &[u8], j: usize) -> (u8, u8) {
+pub(crate) fn k_scale_min(s: &[u8], j: usize) -> (u8, u8) {
     if j < 4 {
         (s[j] & 0x3F, s[j + 4] & 0x3F)
     } else {

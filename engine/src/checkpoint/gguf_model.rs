@@ -72,7 +72,7 @@ impl Checkpoint for GgufCheckpoint {
         let Some(row_len) = row_len else {
             return Err(fault(format!("{} bytes do not hold {rows} rows of {cols} {:?}", bytes.len(), info.ty)));
         };
-        let keep_quantized = matches!(info.ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
+        let keep_quantized = !matches!(info.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
         if keep_quantized && info.dims.len() == 2 {
             return Ok(Weight::Quant { ty: info.ty, rows, cols, data: bytes.to_vec() });
         }
@@ -304,13 +304,12 @@ mod tests {
         let k = ckpt.weight("model.layers.0.self_attn.k_proj.weight").unwrap();
         assert!(matches!(k, Weight::Quant { ty: GgmlType::Q4_1, rows: 2, cols: 256, .. }));
 
-        let Weight::F32 { rows: 4, cols: 256, data } = ckpt.weight("model.layers.0.self_attn.q_proj.weight").unwrap()
-        else {
-            panic!("a Q4_K matrix should come back as f32");
-        };
+        let q = ckpt.weight("model.layers.0.self_attn.q_proj.weight").unwrap();
+        assert!(matches!(&q, Weight::Quant { ty: GgmlType::Q4K, rows: 4, cols: 256, data }
+            if *data == bytes_of("blk.0.attn_q.weight")));
         let mut expected = vec![0.0; 4 * 256];
         dequantize(GgmlType::Q4K, &bytes_of("blk.0.attn_q.weight"), &mut expected);
-        assert_eq!(data, expected);
+        assert_eq!(q.to_f32(), expected);
 
         let norm = ckpt.weight("model.layers.0.input_layernorm.weight").unwrap();
         assert!(matches!(norm, Weight::F32 { rows: 1, cols: 256, ref data } if data.iter().all(|&x| x == 1.0)));

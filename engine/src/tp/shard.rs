@@ -97,16 +97,25 @@ fn rows(w: Weight, lo: usize, hi: usize) -> Result<Weight, String> {
     }
 }
 
+/// Columns `[lo, hi)` of every row of an f32 matrix.
+fn cut_f32(rows: usize, cols: usize, data: &[f32], lo: usize, hi: usize) -> Result<Weight, String> {
+    let data = data.chunks_exact(cols).flat_map(|r| r[lo..hi].iter().copied()).collect();
+    Ok(Weight::F32 { rows, cols: hi - lo, data })
+}
+
 /// Columns `[lo, hi)` of every row of `w`; quantized rows are cut on block edges only.
 fn cols(w: Weight, lo: usize, hi: usize) -> Result<Weight, String> {
     match w {
-        Weight::F32 { rows, cols, data } => {
-            let data = data.chunks_exact(cols).flat_map(|r| r[lo..hi].iter().copied()).collect();
-            Ok(Weight::F32 { rows, cols: hi - lo, data })
-        }
+        Weight::F32 { rows, cols, data } => cut_f32(rows, cols, &data, lo, hi),
         Weight::Quant { ty, rows, cols, data } => {
             let (len, bytes) = (ty.block_len(), ty.block_bytes());
-            if !lo.is_multiple_of(len) || !hi.is_multiple_of(len) {
+            let cut = !lo.is_multiple_of(len) || !hi.is_multiple_of(len);
+            if cut && len > 32 {
+                // A K-quant's 256-element blocks may straddle a rank's edge: that rank cuts their f32 values.
+                let data = Weight::Quant { ty, rows, cols, data }.to_f32();
+                return cut_f32(rows, cols, &data, lo, hi);
+            }
+            if cut {
                 return Err(format!("columns {lo}..{hi} cut {ty:?} blocks of {len}"));
             }
             let rb = row_bytes(ty, cols).ok_or("a row that is not whole blocks")?;
@@ -150,5 +159,35 @@ impl Checkpoint for ShardedCheckpoint<'_> {
             }
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tensorfold_kernels::quant::GgmlType;
+
+    fn q6k(rows: usize, cols: usize) -> Weight {
+        let mut data: Vec<u8> = (0..rows * cols / 256 * 210).map(|i| (i * 37 % 251) as u8).collect();
+        data.chunks_exact_mut(210).for_each(|b| b[208..210].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes()));
+        Weight::Quant { ty: GgmlType::Q6K, rows, cols, data }
+    }
+
+    #[test]
+    fn test_a_k_quant_cut_inside_its_blocks_keeps_the_f32_values_of_those_columns() {
+        let w = q6k(3, 512);
+        let dense = w.to_f32();
+        let part = cols(w, 128, 384).unwrap();
+        let want: Vec<f32> = dense.chunks_exact(512).flat_map(|r| r[128..384].to_vec()).collect();
+        assert!(matches!(part, Weight::F32 { rows: 3, cols: 256, ref data } if *data == want));
+    }
+
+    #[test]
+    fn test_a_k_quant_cut_on_its_block_edges_stays_quantized() {
+        let w = q6k(2, 512);
+        let part = cols(w.clone(), 256, 512).unwrap();
+        let want: Vec<f32> = w.to_f32().chunks_exact(512).flat_map(|r| r[256..].to_vec()).collect();
+        assert!(matches!(part, Weight::Quant { ty: GgmlType::Q6K, rows: 2, cols: 256, .. }));
+        assert_eq!(part.to_f32(), want);
     }
 }
