@@ -5,7 +5,6 @@ pub mod cuda_driver;
 pub mod device;
 pub mod draft;
 pub mod draft_model;
-pub mod embed;
 pub mod histogram;
 pub mod kv;
 mod kv_room;
@@ -24,7 +23,6 @@ pub mod runner;
 pub mod runtime;
 pub mod start_error;
 pub mod stop;
-pub mod voice;
 
 #[cfg(test)]
 mod draft_model_tests;

@@ -1,10 +1,66 @@
-//! The messages between actors about lanes: what the coordinator tells a request actor of its lane, and what a
-//! request actor tells the coordinator when it ends.
+//! Every message between actors about lanes: the requests the coordinator queues, what it tells a request actor
+//! of its lane, what a request actor tells it when it ends, and the close that ends them all.
+
+use std::sync::Arc;
 
 use actix::prelude::*;
-use tensorfold_engine::boundary::EngineError;
+use tensorfold_engine::boundary::{Constraint, EngineError, FrameSink, LogitRules, VoiceInput};
+use tensorfold_kernels::sampling::SamplingParams;
 
-use crate::request_types::{FinishReason, TokenLogprob};
+use crate::request_types::{FinishReason, SubmitError, TokenLogprob};
+use crate::round::ModelId;
+
+/// A token request waiting for a lane.
+#[derive(Message)]
+#[rtype(result = "Result<(), SubmitError>")]
+pub struct Enqueue {
+    pub lane_id: u64,
+    pub model: ModelId,
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    pub stop_ids: Vec<u32>,
+    pub logprobs: Option<usize>,
+    /// Whether the prompt may resume from the prefix cache and its pages be cached.
+    pub cache: bool,
+    /// Whether the lane may draft tokens and verify them.
+    pub draft: bool,
+    pub rules: Arc<LogitRules>,
+    /// The lane's grammar; it moves to the engine thread for each round the lane draws in, and back.
+    pub constraint: Option<Box<dyn Constraint>>,
+    /// A speech lane's frame assembly, which turns its tokens into codec windows as they are drawn.
+    pub frames: Option<Box<dyn FrameSink>>,
+    pub to: Recipient<LaneToken>,
+    pub pcm: Recipient<LanePcm>,
+    pub failed: Recipient<LaneFailed>,
+}
+
+/// A voice request waiting for a lane.
+#[derive(Message)]
+#[rtype(result = "Result<(), SubmitError>")]
+pub struct EnqueueVoice {
+    pub lane_id: u64,
+    pub model: ModelId,
+    pub input: VoiceInput,
+    pub to: Recipient<VoiceAudio>,
+}
+
+/// An embedding request waiting for a lane.
+#[derive(Message)]
+#[rtype(result = "Result<(), SubmitError>")]
+pub struct EnqueueEmbed {
+    pub lane_id: u64,
+    pub model: ModelId,
+    pub prompt: Vec<u32>,
+    /// Whether the prompt's pages are cached for later prompts once computed.
+    pub cache: bool,
+    pub to: Recipient<LaneEmbedding>,
+}
+
+/// Shutdown: refuses every later request, and ends every queued and running one with `EngineError::ShuttingDown`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Close;
 
 /// A token of the request's lane; `finish` is set on its lane's last token.
 #[derive(Message)]

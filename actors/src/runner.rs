@@ -18,7 +18,9 @@ use crate::model_slot::ModelSlot;
 use crate::request_types::TokenLogprob;
 use crate::round::{LaneGrammar, PlannedLane, RoundOutput, RoundPlan, SampleSpec, Sampled, VoiceOutput};
 use crate::rules::{row_masks, shape_row, Masks, RowMasks};
-use crate::voice::run_step;
+use voice::run_step;
+
+mod voice;
 
 struct Job {
     plan: RoundPlan,

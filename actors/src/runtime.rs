@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use tensorfold_engine::boundary::{Codec, EmbedWork, Engine, Output, Synth, TokenWork, VoiceInput, Work};
 use tensorfold_lend::Lent;
 
-use crate::coordinator::{Close, Coordinator, Enqueue, EnqueueEmbed, EnqueueVoice, Schedule};
+use crate::coordinator::{Coordinator, Schedule};
+use crate::messages::{Close, Enqueue, EnqueueEmbed, EnqueueVoice};
 use crate::device::{cpu_driver, Adopt, Adoption, DeviceActor, Snapshot};
 use crate::kv::PagePool;
 use crate::kv_room::kv_room;

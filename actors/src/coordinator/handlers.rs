@@ -3,17 +3,10 @@
 use actix::prelude::*;
 use tensorfold_engine::boundary::EngineError;
 
-use super::{Coordinator, Enqueue, EnqueueEmbed, EnqueueVoice};
-use crate::embed::EmbedRequest;
-use crate::messages::{LaneFailed, Release};
+use super::Coordinator;
+use crate::messages::{Close, Enqueue, EnqueueEmbed, EnqueueVoice, Release};
 use crate::request_types::SubmitError;
 use crate::round::ModelId;
-use crate::voice::VoiceRequest;
-
-/// Shutdown: refuses every later request, and ends every queued and running one with `EngineError::ShuttingDown`.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Close;
 
 impl Coordinator {
     /// Whether a request may wait for a lane: the coordinator is open, `positions` on the model fit its KV pool
@@ -42,7 +35,7 @@ impl Handler<Enqueue> for Coordinator {
     fn handle(&mut self, msg: Enqueue, ctx: &mut Context<Self>) -> Self::Result {
         self.may_queue(Some((msg.model, msg.prompt.len() + msg.max_tokens)))?;
         self.metrics.inc_requests();
-        self.waiting.push_back(msg);
+        self.books.tokens.enqueue(msg);
         self.tick(ctx);
         Ok(())
     }
@@ -54,23 +47,9 @@ impl Handler<EnqueueVoice> for Coordinator {
     fn handle(&mut self, msg: EnqueueVoice, ctx: &mut Context<Self>) -> Self::Result {
         self.may_queue(None)?;
         self.metrics.inc_requests();
-        self.voices.enqueue(VoiceRequest { lane_id: msg.lane_id, model: msg.model, input: msg.input, to: msg.to });
+        self.books.voices.enqueue(msg);
         self.tick(ctx);
         Ok(())
-    }
-}
-
-impl Handler<Release> for Coordinator {
-    type Result = ();
-
-    fn handle(&mut self, msg: Release, ctx: &mut Context<Self>) {
-        self.waiting.retain(|r| r.lane_id != msg.lane_id);
-        self.lanes.retain(|l| l.request.lane_id != msg.lane_id);
-        self.codec.retain(|w| w.lane_id != msg.lane_id);
-        self.voices.release(msg.lane_id);
-        self.embeds.release(msg.lane_id);
-        self.publish();
-        self.tick(ctx);
     }
 }
 
@@ -80,10 +59,21 @@ impl Handler<EnqueueEmbed> for Coordinator {
     fn handle(&mut self, msg: EnqueueEmbed, ctx: &mut Context<Self>) -> Self::Result {
         self.may_queue(Some((msg.model, msg.prompt.len())))?;
         self.metrics.inc_requests();
-        let EnqueueEmbed { lane_id, model, prompt, cache, to } = msg;
-        self.embeds.enqueue(EmbedRequest { lane_id, model, prompt, cache, to });
+        self.books.embeds.enqueue(msg);
         self.tick(ctx);
         Ok(())
+    }
+}
+
+impl Handler<Release> for Coordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: Release, ctx: &mut Context<Self>) {
+        for book in self.books.all() {
+            book.release(msg.lane_id);
+        }
+        self.publish();
+        self.tick(ctx);
     }
 }
 
@@ -95,11 +85,9 @@ impl Handler<Close> for Coordinator {
         let why = EngineError::ShuttingDown;
         tracing::info!(running = self.num_running(), waiting = self.num_waiting(), "ending every request");
         let mut outbox = self.fail_all(&why);
-        for request in self.waiting.drain(..) {
-            outbox.failed.push((request.failed, LaneFailed { error: why.clone() }));
+        for book in self.books.all() {
+            book.fail_waiting(&why, &mut outbox);
         }
-        self.voices.fail_waiting(&why);
-        self.embeds.fail_waiting(&why);
         self.publish();
         outbox.send();
     }

@@ -9,13 +9,12 @@ use actix::prelude::*;
 use tensorfold_engine::boundary::{EngineError, VoiceInput, VoiceState};
 
 use super::{Coordinator, Drafting, Schedule};
-use crate::embed::EmbedRequest;
+use crate::messages::{EnqueueEmbed, EnqueueVoice};
 use crate::kv::PagePool;
 use crate::messages::{LaneEmbedding, VoiceAudio};
 use crate::metrics::Metrics;
 use crate::round::{RoundOutput, VoiceOutput};
 use crate::runner::EngineRunner;
-use crate::voice::VoiceRequest;
 
 /// Counts what reaches it, on an arbiter of its own: a request actor on another thread, as an HTTP worker's.
 struct Request(Arc<AtomicUsize>);
@@ -59,15 +58,12 @@ async fn test_voice_and_embedding_replies_reach_requests_only_when_the_outbox_is
         Request::start_in_arbiter(&Arbiter::new().handle(), move |_| Request(heard))
     };
     let input = VoiceInput { chunks: vec![vec![1, 2]], speed: 1.0, seed: 0 };
-    c.voices.enqueue(VoiceRequest { lane_id: 1, model: 0, input, to: request.clone().recipient() });
-    assert!(c.voices.admit_one());
+    c.books.voices.enqueue(EnqueueVoice { lane_id: 1, model: 0, input, to: request.clone().recipient() });
     let to = request.clone().recipient();
-    c.embeds.enqueue(EmbedRequest { lane_id: 2, model: 0, prompt: vec![5, 6, 7], cache: false, to });
-    assert!(c.embeds.admit_one(&c.pages));
-    assert_eq!(c.voices.plan().len(), 1);
-    let mut planned = Vec::new();
-    c.embeds.plan(8, &mut planned);
-    assert_eq!(planned.len(), 1);
+    c.books.embeds.enqueue(EnqueueEmbed { lane_id: 2, model: 0, prompt: vec![5, 6, 7], cache: false, to });
+    c.admit();
+    let plan = c.plan();
+    assert_eq!((plan.voices.len(), plan.lanes.len()), (1, 1));
 
     // The round's output: a window of audio for the voice lane, every prompt row for the embedding lane.
     let voice = VoiceOutput { lane_id: 1, state: Some(Box::new(Done)), result: Ok(Some(vec![0.5; 3])) };

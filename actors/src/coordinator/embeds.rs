@@ -1,4 +1,4 @@
-//! Embedding lanes: a prompt prefilled in chunks that share the rounds' token budget, each chunk's hidden rows
+//! The embedding book: a prompt prefilled in chunks that share the rounds' token budget, each chunk's hidden rows
 //! pooled into one vector, and no token drawn.
 //!
 //! Pooling is the mean over every prompt position of the final hidden state (after the model's last norm), summed
@@ -7,23 +7,13 @@
 
 use std::collections::VecDeque;
 
-use actix::prelude::*;
 use tensorfold_engine::boundary::EngineError;
 
-use crate::kv::{Lease, PagePool};
-use crate::messages::LaneEmbedding;
+use super::book::{LaneBook, Room};
+use crate::kv::Lease;
+use crate::messages::{EnqueueEmbed, LaneEmbedding};
 use crate::outbox::Outbox;
-use crate::round::{ModelId, PlannedLane};
-
-/// An embedding request waiting for a lane.
-pub struct EmbedRequest {
-    pub lane_id: u64,
-    pub model: ModelId,
-    pub prompt: Vec<u32>,
-    /// Whether the prompt's pages are cached for later prompts once computed.
-    pub cache: bool,
-    pub to: Recipient<LaneEmbedding>,
-}
+use crate::round::{PlannedLane, RoundOutput, RoundPlan};
 
 /// The running mean of a lane's hidden rows, in f64.
 #[derive(Clone, Debug, Default)]
@@ -58,50 +48,72 @@ impl MeanPool {
 }
 
 struct EmbedLane {
-    request: EmbedRequest,
+    request: EnqueueEmbed,
     lease: Lease,
     /// Prompt positions planned so far, the round in flight's included.
     num_planned: usize,
     pooled: MeanPool,
 }
 
-/// The coordinator's embedding lanes and their queue.
+/// The embedding lanes and their queue.
 #[derive(Default)]
-pub struct EmbedLanes {
-    waiting: VecDeque<EmbedRequest>,
+pub struct EmbedBook {
+    waiting: VecDeque<EnqueueEmbed>,
     lanes: Vec<EmbedLane>,
 }
 
-impl EmbedLanes {
-    pub fn num_running(&self) -> usize {
-        self.lanes.len()
-    }
-
-    pub fn num_waiting(&self) -> usize {
-        self.waiting.len()
-    }
-
-    /// The lane of the request that waits longest.
-    pub fn front_lane(&self) -> Option<u64> {
-        self.waiting.front().map(|r| r.lane_id)
-    }
-
-    pub fn enqueue(&mut self, request: EmbedRequest) {
+impl EmbedBook {
+    pub fn enqueue(&mut self, request: EnqueueEmbed) {
         self.waiting.push_back(request);
     }
 
-    /// Gives the first waiting request a lane when its model's pool has room for its prompt; false otherwise.
-    pub fn admit_one(&mut self, pages: &[PagePool]) -> bool {
+    /// Pools one lane's rows of a round; a lane whose every row is pooled sends its vector and ends.
+    fn pool(&mut self, lane_id: u64, rows: Vec<f32>, outbox: &mut Outbox) {
+        let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == lane_id) else { return };
+        let lane = &mut self.lanes[i];
+        let num_rows = lane.num_planned - lane.pooled.num_rows();
+        if num_rows == 0 || rows.is_empty() || rows.len() % num_rows != 0 {
+            let why = format!("{} hidden values for {num_rows} rows", rows.len());
+            return self.fail(lane_id, &EngineError::Sizing(why), outbox);
+        }
+        lane.pooled.add(&rows, rows.len() / num_rows);
+        if lane.pooled.num_rows() == lane.request.prompt.len() {
+            let lane = self.lanes.swap_remove(i);
+            if lane.request.cache {
+                lane.lease.cache_prompt(&lane.request.prompt);
+            }
+            outbox.embeddings.push((lane.request.to, LaneEmbedding(Ok(lane.pooled.finish()))));
+        }
+    }
+}
+
+impl LaneBook for EmbedBook {
+    fn num_running(&self) -> usize {
+        self.lanes.len()
+    }
+
+    fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    fn front_lane(&self) -> Option<u64> {
+        self.waiting.front().map(|r| r.lane_id)
+    }
+
+    /// The first waiting request takes a lane when its model's pool has room for its prompt.
+    fn admit_one(&mut self, room: &Room) -> bool {
         let Some(next) = self.waiting.front() else { return false };
         // Never from the prefix cache: a resumed prompt would skip rows the mean needs.
-        let Some(lease) = pages[next.model].admit(next.prompt.len(), None) else { return false };
+        let Some(lease) = room.pages[next.model].admit(next.prompt.len(), None) else { return false };
         let request = self.waiting.pop_front().expect("front exists");
         self.lanes.push(EmbedLane { request, lease, num_planned: 0, pooled: MeanPool::default() });
         true
     }
 
-    /// Each lane's next prompt chunk, within `budget` tokens, in admission order.
-    pub fn plan(&mut self, mut budget: usize, lanes: &mut Vec<PlannedLane>) {
+    /// Each lane's next prompt chunk, in admission order, within what the token lanes left of the round's budget.
+    fn plan(&mut self, room: &Room, plan: &mut RoundPlan) {
+        let used: usize = plan.lanes.iter().map(|l| l.tokens.len()).sum();
+        let mut budget = room.schedule.round_tokens.saturating_sub(used);
         for lane in &mut self.lanes {
             let start = lane.num_planned;
             let end = (start + budget).min(lane.request.prompt.len());
@@ -111,7 +123,7 @@ impl EmbedLanes {
             budget -= end - start;
             lane.lease.grow_to(end);
             lane.num_planned = end;
-            lanes.push(PlannedLane {
+            plan.lanes.push(PlannedLane {
                 lane_id: lane.request.lane_id,
                 model: lane.request.model,
                 tokens: lane.request.prompt[start..end].to_vec(),
@@ -123,53 +135,29 @@ impl EmbedLanes {
         }
     }
 
-    /// Pools each lane's rows of a round; a lane whose every row is pooled sends its vector and ends.
-    pub fn apply(&mut self, hidden: Vec<(u64, Vec<f32>)>, outbox: &mut Outbox) {
-        for (lane_id, rows) in hidden {
-            let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == lane_id) else { continue };
-            let lane = &mut self.lanes[i];
-            let prompt_len = lane.request.prompt.len();
-            let num_rows = lane.num_planned - lane.pooled.num_rows();
-            if num_rows == 0 || rows.is_empty() || rows.len() % num_rows != 0 {
-                let why = format!("{} hidden values for {num_rows} rows", rows.len());
-                self.fail(lane_id, &EngineError::Sizing(why), outbox);
-                continue;
-            }
-            lane.pooled.add(&rows, rows.len() / num_rows);
-            if lane.pooled.num_rows() == prompt_len {
-                let lane = self.lanes.swap_remove(i);
-                if lane.request.cache {
-                    lane.lease.cache_prompt(&lane.request.prompt);
-                }
-                outbox.embeddings.push((lane.request.to, LaneEmbedding(Ok(lane.pooled.finish()))));
-            }
+    fn apply(&mut self, _: &Room, output: &mut RoundOutput, outbox: &mut Outbox) {
+        for (lane_id, rows) in std::mem::take(&mut output.hidden) {
+            self.pool(lane_id, rows, outbox);
         }
     }
 
-    pub fn release(&mut self, lane_id: u64) {
+    fn release(&mut self, lane_id: u64) {
         self.waiting.retain(|r| r.lane_id != lane_id);
         self.lanes.retain(|l| l.request.lane_id != lane_id);
     }
 
-    /// Ends the running lane `lane_id`, if it is an embedding lane, with `why` in the outbox.
-    pub fn fail(&mut self, lane_id: u64, why: &EngineError, outbox: &mut Outbox) {
+    fn fail(&mut self, lane_id: u64, why: &EngineError, outbox: &mut Outbox) {
         if let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == lane_id) {
             outbox.embeddings.push((self.lanes.swap_remove(i).request.to, LaneEmbedding(Err(why.clone()))));
         }
     }
 
-    /// Ends every running lane with `why` in the outbox; waiting requests keep their place.
-    pub fn fail_running(&mut self, why: &EngineError, outbox: &mut Outbox) {
-        for lane in self.lanes.drain(..) {
-            outbox.embeddings.push((lane.request.to, LaneEmbedding(Err(why.clone()))));
-        }
+    fn fail_running(&mut self, why: &EngineError, outbox: &mut Outbox) {
+        outbox.embeddings.extend(self.lanes.drain(..).map(|l| (l.request.to, LaneEmbedding(Err(why.clone())))));
     }
 
-    /// Ends every waiting request with `why`.
-    pub fn fail_waiting(&mut self, why: &EngineError) {
-        for request in self.waiting.drain(..) {
-            request.to.do_send(LaneEmbedding(Err(why.clone())));
-        }
+    fn fail_waiting(&mut self, why: &EngineError, outbox: &mut Outbox) {
+        outbox.embeddings.extend(self.waiting.drain(..).map(|r| (r.to, LaneEmbedding(Err(why.clone())))));
     }
 }
 
@@ -210,5 +198,5 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "embed_tests.rs"]
+#[path = "embeds_tests.rs"]
 mod lanes_tests;
