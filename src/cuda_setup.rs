@@ -4,9 +4,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use actix::Addr;
-use tensorfold_actors::cuda_driver::CudaDriver;
-use tensorfold_actors::device::{allocate_blocking, spawn_device, Allocation, DeviceActor};
-use tensorfold_actors::ledger::{Ledger, LedgerError, MemoryKind};
+use tensorfold_actors::memory::cuda_driver::CudaDriver;
+use tensorfold_actors::memory::device::{allocate_blocking, spawn_device, Allocation, DeviceActor};
+use tensorfold_actors::memory::ledger::{Ledger, LedgerError, MemoryKind};
 use tensorfold_audio::SnacDecoder;
 use tensorfold_engine::boundary::{Engine, KvPool};
 use tensorfold_engine::error::LoadError;

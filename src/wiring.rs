@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use actix::Addr;
 use anyhow::{bail, Context, Result};
-use tensorfold_actors::device::DeviceActor;
+use tensorfold_actors::memory::device::DeviceActor;
 use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};
 use tensorfold_engine::boundary::{Codec, Engine, KvPool};
 use tensorfold_engine::fetch::Fetcher;

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tensorfold::cuda_setup::CudaDevice;
-use tensorfold_actors::cuda_driver::CudaDriver;
-use tensorfold_actors::device::{spawn_device, Allocate, Snapshot};
-use tensorfold_actors::ledger::{DevicePtr, DriverError, DriverTable, Ledger, LedgerError, MemoryKind};
+use tensorfold_actors::memory::cuda_driver::CudaDriver;
+use tensorfold_actors::memory::device::{spawn_device, Allocate, Snapshot};
+use tensorfold_actors::memory::ledger::{DevicePtr, DriverError, DriverTable, Ledger, LedgerError, MemoryKind};
 use tensorfold_engine::boundary::{Engine, KvPool, LaneStep, Logits};
 use tensorfold_engine::checkpoint::hf::HfCheckpoint;
 use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};

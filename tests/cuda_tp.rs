@@ -8,7 +8,7 @@
 mod common;
 
 use tensorfold::cuda_setup::CudaDevice;
-use tensorfold_actors::device::allocate_blocking;
+use tensorfold_actors::memory::device::allocate_blocking;
 use tensorfold_engine::boundary::{Engine, LaneStep, Logits};
 use tensorfold_engine::checkpoint::hf::HfCheckpoint;
 use tensorfold_engine::generate::PAGE_TOKENS;

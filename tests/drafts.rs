@@ -4,11 +4,16 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use common::server::Server;
 use serde_json::{json, Value};
 
 const CHAT: &str = "/v1/chat/completions";
+
+/// Held by each test that serves: a server times its steps at start-up to decide what drafts earn, and another
+/// server's work on the same cores would make rows look dearer than they are.
+static ONE_SERVER: Mutex<()> = Mutex::new(());
 
 /// Tasks that copy from their prompt, where drafts are accepted, and free text, where they mostly fail.
 const TASKS: [&str; 6] = [
@@ -60,6 +65,7 @@ fn choice(server: &Server, body: &Value) -> Value {
 
 #[test]
 fn test_drafted_output_equals_plain_output_alone_and_among_other_lanes() {
+    let _alone = ONE_SERVER.lock().unwrap_or_else(|e| e.into_inner());
     let server = Server::start(&["--parallel", "8", "--draft-tokens", "4"]);
     let requests: Vec<usize> = (0..2 * TASKS.len()).collect();
     let plain: Vec<Value> = requests.iter().map(|&i| choice(&server, &body(&server, i, Some(false)))).collect();
@@ -85,6 +91,7 @@ fn test_drafted_output_equals_plain_output_alone_and_among_other_lanes() {
 
 #[test]
 fn test_with_the_model_as_its_own_draft_model_every_greedy_draft_is_kept_and_output_equals_plain() {
+    let _alone = ONE_SERVER.lock().unwrap_or_else(|e| e.into_inner());
     let model = tensorfold::settings::process_fetcher().and_then(|f| f.default_model_path()).expect("the model");
     let path = model.to_str().expect("a UTF-8 path");
     let server = Server::start_with_model(&model, &["--parallel", "4", "--draft-tokens", "3", "--draft-model", path]);

@@ -9,13 +9,14 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tensorfold_engine::boundary::EngineError;
 
-use crate::kv::PagePool;
+use crate::memory::kv::PagePool;
 use crate::metrics::Metrics;
 use crate::outbox::Outbox;
 use crate::round::{ModelId, RoundOutput, RoundPlan};
 use crate::runner::EngineRunner;
 
 mod book;
+pub mod draft;
 mod embeds;
 mod handlers;
 mod schedule;
@@ -41,12 +42,17 @@ impl Books {
         [&mut self.tokens, &mut self.embeds, &mut self.voices]
     }
 
+    /// Every book, to read.
+    fn each(&self) -> [&dyn LaneBook; 3] {
+        [&self.tokens, &self.embeds, &self.voices]
+    }
+
     fn num_running(&self) -> usize {
-        self.tokens.num_running() + self.voices.num_running() + self.embeds.num_running()
+        self.each().iter().map(|b| b.num_running()).sum()
     }
 
     fn num_waiting(&self) -> usize {
-        self.tokens.num_waiting() + self.voices.num_waiting() + self.embeds.num_waiting()
+        self.each().iter().map(|b| b.num_waiting()).sum()
     }
 }
 

@@ -1,24 +1,16 @@
 //! The actor runtime: what it needs from an engine, and the actors that drive it.
 
 pub mod coordinator;
-pub mod cuda_driver;
-pub mod device;
-pub mod draft;
-pub mod draft_model;
 pub mod histogram;
-pub mod kv;
-mod kv_room;
-pub mod ledger;
+pub mod memory;
 pub mod messages;
 pub mod metrics;
 mod metrics_vllm;
 pub mod model_slot;
 pub mod outbox;
-pub mod prefix;
 pub mod request;
 pub mod request_types;
 pub mod round;
-pub mod rules;
 pub mod runner;
 pub mod runtime;
 pub mod start_error;
@@ -28,8 +20,6 @@ pub mod stop;
 mod draft_model_tests;
 #[cfg(test)]
 mod keep_tests;
-#[cfg(test)]
-mod lent_tests;
 #[cfg(test)]
 mod runtime_tests;
 #[cfg(test)]

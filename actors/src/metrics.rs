@@ -4,7 +4,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::histogram::{header, Histogram, VllmHistograms};
-use crate::ledger::{LedgerSnapshot, MemoryKind};
+use crate::memory::ledger::{LedgerSnapshot, MemoryKind};
 
 /// Counters, gauges and latency histograms of the running server.
 #[derive(Default)]
@@ -234,8 +234,8 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::histogram::LATENCY_BUCKETS;
-    use crate::ledger::tests::FakeDriver;
-    use crate::ledger::Ledger;
+    use crate::memory::ledger::tests::FakeDriver;
+    use crate::memory::ledger::Ledger;
 
     /// A sample's name, labels and value.
     pub(crate) type Sample = (String, BTreeMap<String, String>, f64);

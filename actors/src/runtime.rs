@@ -13,11 +13,11 @@ use tensorfold_engine::boundary::{Codec, EmbedWork, Engine, Output, Synth, Token
 use tensorfold_lend::Lent;
 
 use crate::coordinator::{Coordinator, Schedule};
+use crate::memory::device::{cpu_driver, Adopt, Adoption, DeviceActor, Snapshot};
+use crate::memory::kv::PagePool;
+use crate::memory::kv_room::kv_room;
+use crate::memory::ledger::{Ledger, MemoryKind};
 use crate::messages::{Close, Enqueue, EnqueueEmbed, EnqueueVoice};
-use crate::device::{cpu_driver, Adopt, Adoption, DeviceActor, Snapshot};
-use crate::kv::PagePool;
-use crate::kv_room::kv_room;
-use crate::ledger::{Ledger, MemoryKind};
 use crate::metrics::Metrics;
 use crate::model_slot::ModelSlot;
 use crate::request::{Abort, RequestActor, Stream};

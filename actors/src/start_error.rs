@@ -1,6 +1,6 @@
 //! Why the runtime could not start.
 
-use crate::ledger::LedgerError;
+use crate::memory::ledger::LedgerError;
 
 /// Why the runtime could not start.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,6 @@
 //! 1-D convolutions over `[batch][time][channels]`, split across output channels: each output is one fixed-order sum.
 
+use crate::out_ptr::OutPtr;
 use std::borrow::Cow;
 use std::ops::{Range, RangeInclusive};
 
@@ -13,20 +14,6 @@ const CHANNELS_PER_TASK: usize = 16;
 const DEPTHWISE_CHANNELS_PER_TASK: usize = 16;
 /// Output positions that share one pass over a weight row.
 const TILE: usize = 8;
-
-/// A shared output pointer; tasks write disjoint output channels.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: every task writes a distinct set of (position, channel) elements.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// Taking `self` whole keeps closures capturing the Send wrapper rather than its raw field.
-    fn at(self, offset: usize) -> *mut f32 {
-        self.0.wrapping_add(offset)
-    }
-}
 
 /// Each `t_in`-row sequence of `x` between `left` and `right` rows of zeros.
 fn pad_rows(x: &[f32], batch: usize, t_in: usize, width: usize, left: usize, right: usize) -> Cow<'_, [f32]> {

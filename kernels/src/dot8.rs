@@ -8,17 +8,14 @@
 // A tile's rows index its activations, accumulators and outputs in step, so the loops run over row indices.
 #![allow(clippy::needless_range_loop)]
 
-use half::f16;
 use rayon::prelude::*;
 
-use crate::matmul::OutPtr;
-use crate::quant::GgmlType;
+pub use crate::dot8_block::BLOCK;
+use crate::dot8_block::{f16_at, finish, reduce16, Format, Row, LANES};
+use crate::out_ptr::OutPtr;
+
 use crate::weight::Weight;
 
-/// Elements per quantized activation block, as in the weight blocks it meets.
-pub const BLOCK: usize = 32;
-/// Partial-sum lanes per block: each sums 4 neighbouring products, as the dot instructions do.
-pub(crate) const LANES: usize = 8;
 /// Weight rows per parallel task; any value gives the same bits.
 const ROWS_PER_TASK: usize = 16;
 /// Activation rows that share one pass over a weight row.
@@ -35,14 +32,6 @@ pub struct Q8Rows {
     scales: Vec<f32>,
     /// Each block's `d * Σq`, which meets a Q4_1 block's minimum.
     sums: Vec<f32>,
-}
-
-/// One quantized activation row.
-#[derive(Clone, Copy)]
-pub(crate) struct Row<'a> {
-    pub biased: &'a [u8],
-    pub scales: &'a [f32],
-    pub sums: &'a [f32],
 }
 
 impl Q8Rows {
@@ -87,66 +76,6 @@ impl Q8Rows {
             scales: &self.scales[r * nb * LANES..(r + 1) * nb * LANES],
             sums: &self.sums[r * nb..(r + 1) * nb],
         }
-    }
-}
-
-/// The weight formats with an integer path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Format {
-    Q4_0,
-    Q4_1,
-    Q8_0,
-    Q4K,
-    Q5K,
-    Q6K,
-}
-
-impl Format {
-    fn of(ty: GgmlType) -> Option<Format> {
-        match ty {
-            GgmlType::Q4_0 => Some(Format::Q4_0),
-            GgmlType::Q4_1 => Some(Format::Q4_1),
-            GgmlType::Q8_0 => Some(Format::Q8_0),
-            GgmlType::Q4K => Some(Format::Q4K),
-            GgmlType::Q5K => Some(Format::Q5K),
-            GgmlType::Q6K => Some(Format::Q6K),
-            _ => None,
-        }
-    }
-
-    /// Bytes of one stored block of `unit_len` elements.
-    pub(crate) fn unit_bytes(self) -> usize {
-        match self {
-            Format::Q4_0 => 18,
-            Format::Q4_1 => 20,
-            Format::Q8_0 => 34,
-            Format::Q4K => 144,
-            Format::Q5K => 176,
-            Format::Q6K => 210,
-        }
-    }
-
-    /// Elements of one stored block: 32, or a K-quant's super-block of 256.
-    pub(crate) fn unit_len(self) -> usize {
-        if self.is_k() {
-            crate::dot8_k::SUPER
-        } else {
-            BLOCK
-        }
-    }
-
-    pub(crate) fn is_k(self) -> bool {
-        matches!(self, Format::Q4K | Format::Q5K | Format::Q6K)
-    }
-
-    /// Whether blocks carry a minimum, whose share meets the activations' block sums.
-    pub(crate) fn has_mins(self) -> bool {
-        matches!(self, Format::Q4_1 | Format::Q4K | Format::Q5K)
-    }
-
-    /// Where the bytes of 32-element block `b` of a row begin, near enough to prefetch by.
-    pub(crate) fn byte_of(self, b: usize) -> usize {
-        b * self.unit_bytes() * BLOCK / self.unit_len()
     }
 }
 
@@ -264,10 +193,6 @@ fn tile<const R: usize>(isa: Isa, fmt: Format, w: &[u8], rows: &[Row], res: &mut
     res[..R].copy_from_slice(&out);
 }
 
-pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
-}
-
 /// Block `b` of a weight row as 32 signed integers, the scales of its elements 0..16 and 16..32, and its minimum.
 pub(crate) fn decode(fmt: Format, row: &[u8], b: usize) -> ([i8; BLOCK], [f32; 2], f32) {
     if fmt.is_k() {
@@ -289,21 +214,6 @@ pub(crate) fn decode(fmt: Format, row: &[u8], b: usize) -> ([i8; BLOCK], [f32; 2
     let min = if fmt == Format::Q4_1 { f16_at(blk, 2) } else { 0.0 };
     let d = f16_at(blk, 0);
     (w, [d, d], min)
-}
-
-/// The fixed sum of the 16 lanes: lane l with lane l + 8, then the tree of `simd`'s 8-lane sum.
-pub(crate) fn reduce16(a: &[f32; 2 * LANES]) -> f32 {
-    let s: [f32; LANES] = std::array::from_fn(|l| a[l] + a[l + LANES]);
-    ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
-}
-
-/// The lanes' sum plus, where blocks have minimums, the minimums' share.
-pub(crate) fn finish(fmt: Format, lanes: f32, mins: f32) -> f32 {
-    if fmt.has_mins() {
-        lanes + mins
-    } else {
-        lanes
-    }
 }
 
 /// The reference arithmetic that the SIMD forms reproduce.

@@ -5,11 +5,8 @@
 //! elements, so lanes 0..4 and 4..8 of a block take their own. Each product of an f16 and a 6- or 8-bit integer is
 //! exact in f32.
 
-use crate::dot8::{f16_at, Format, BLOCK};
+use crate::dot8_block::{f16_at, Format, BLOCK};
 use crate::quant::k_scale_min;
-
-/// Elements of a K-quant super-block.
-pub(crate) const SUPER: usize = 256;
 
 /// The scales of sub-block `j`'s halves and its minimum, from super-block `sup`.
 fn scales(fmt: Format, sup: &[u8], j: usize) -> ([f32; 2], f32) {

@@ -1,5 +1,7 @@
 use super::*;
 use crate::matmul::matmul;
+use crate::quant::GgmlType;
+use half::f16;
 
 fn lcg(seed: &mut u64) -> f32 {
     *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);

@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::dot8::{finish, Format, Row, BLOCK, LANES};
+use crate::dot8_block::{finish, Format, Row, BLOCK, LANES};
 
 /// Hardware f16 to f32; exact, so it equals the software conversion bit for bit.
 #[inline]

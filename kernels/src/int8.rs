@@ -6,6 +6,7 @@
 // A tile's rows and column blocks index accumulators and outputs in step, so the loops run over indices.
 #![allow(clippy::needless_range_loop)]
 
+use crate::out_ptr::OutPtr;
 use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
@@ -139,13 +140,6 @@ pub fn matmul_int8(x: &[f32], num_rows: usize, w: &Int8Matrix, bias: &[f32], out
         }
     });
 }
-
-/// A shared output pointer; tasks write disjoint columns.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: every task writes a distinct set of (row, column) elements.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
 
 /// Integer dots of `TILE_ROWS` rows of `q` (each `k` long) with one packed tile of weights.
 fn dot_tile(q: &[u8], k: usize, tile: &[i8], acc: &mut [[i32; TILE_COLS]; TILE_ROWS]) {

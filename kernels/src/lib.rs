@@ -5,6 +5,7 @@ pub mod conv;
 pub mod cuda;
 pub mod cuda_pack;
 pub mod dot8;
+mod dot8_block;
 mod dot8_k;
 #[cfg(target_arch = "x86_64")]
 mod dot8_x86;
@@ -12,6 +13,7 @@ pub mod gelu;
 pub mod int8;
 pub mod matmul;
 pub mod ops;
+mod out_ptr;
 pub mod packed;
 pub mod quant;
 pub mod sampling;

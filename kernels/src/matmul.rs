@@ -1,5 +1,6 @@
 //! `out = x · Wᵀ`, split across output columns only, so a row's result never depends on the other rows.
 
+use crate::out_ptr::OutPtr;
 use rayon::prelude::*;
 
 use crate::dot8;
@@ -11,13 +12,6 @@ use crate::weight::Weight;
 const ROWS_PER_TASK: usize = 16;
 /// Activation rows that share one pass over a weight row.
 const TILE: usize = 4;
-
-/// A shared output pointer; tasks write disjoint columns.
-#[derive(Clone, Copy)]
-pub(crate) struct OutPtr(pub(crate) *mut f32);
-// SAFETY: every task writes a distinct set of (row, column) elements.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
 
 /// The arithmetic a quantized weight (legacy or K-quant) meets its activations in; f32 weights always take f32.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 // A tile's rows and column blocks index accumulators and outputs in step, so the loops run over indices.
 #![allow(clippy::needless_range_loop)]
 
+use crate::out_ptr::OutPtr;
 use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
@@ -84,13 +85,6 @@ pub fn matmul_packed(x: &[f32], num_rows: usize, w: &PackedF32, bias: &[f32], ou
         }
     });
 }
-
-/// A shared output pointer; tasks write disjoint columns.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: every task writes a distinct set of (row, column) elements.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
 
 fn dot_tile(rows: &[&[f32]; TILE_ROWS], tile: &[f32], acc: &mut [[f32; TILE_COLS]; TILE_ROWS]) {
     #[cfg(target_arch = "x86_64")]

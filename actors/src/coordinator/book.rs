@@ -5,7 +5,7 @@
 use tensorfold_engine::boundary::EngineError;
 
 use super::schedule::Schedule;
-use crate::kv::PagePool;
+use crate::memory::kv::PagePool;
 use crate::metrics::Metrics;
 use crate::outbox::Outbox;
 use crate::round::{RoundOutput, RoundPlan};

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use tensorfold_engine::boundary::EngineError;
 
 use super::book::{LaneBook, Room};
-use crate::kv::Lease;
+use crate::memory::kv::Lease;
 use crate::messages::{EnqueueEmbed, LaneEmbedding};
 use crate::outbox::Outbox;
 use crate::round::{PlannedLane, RoundOutput, RoundPlan};
@@ -72,7 +72,7 @@ impl EmbedBook {
         let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == lane_id) else { return };
         let lane = &mut self.lanes[i];
         let num_rows = lane.num_planned - lane.pooled.num_rows();
-        if num_rows == 0 || rows.is_empty() || rows.len() % num_rows != 0 {
+        if num_rows == 0 || rows.is_empty() || !rows.len().is_multiple_of(num_rows) {
             let why = format!("{} hidden values for {num_rows} rows", rows.len());
             return self.fail(lane_id, &EngineError::Sizing(why), outbox);
         }

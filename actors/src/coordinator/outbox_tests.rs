@@ -9,8 +9,8 @@ use actix::prelude::*;
 use tensorfold_engine::boundary::{EngineError, VoiceInput, VoiceState};
 
 use super::{Coordinator, Drafting, Schedule};
+use crate::memory::kv::PagePool;
 use crate::messages::{EnqueueEmbed, EnqueueVoice};
-use crate::kv::PagePool;
 use crate::messages::{LaneEmbedding, VoiceAudio};
 use crate::metrics::Metrics;
 use crate::round::{RoundOutput, VoiceOutput};

@@ -8,8 +8,8 @@ use actix::prelude::*;
 use tensorfold_engine::boundary::{CodecJob, EngineError};
 
 use super::book::{LaneBook, Room};
-use crate::draft::Drafter;
-use crate::kv::Lease;
+use super::draft::{self, Drafter};
+use crate::memory::kv::Lease;
 use crate::messages::{Enqueue, LaneFailed, LanePcm, LaneToken};
 use crate::outbox::Outbox;
 use crate::request_types::FinishReason;
@@ -97,7 +97,6 @@ impl TokenBook {
             plan.drafts.push(PlannedDraft { lane_id, model, tokens, start_pos, pages, most: 0 });
         }
     }
-
 }
 
 impl LaneBook for TokenBook {
@@ -178,7 +177,7 @@ impl LaneBook for TokenBook {
                         }
                         // Without a draft model, or while it catches up, the lane drafts from its own text.
                         _ => {
-                            draft = crate::draft::lookup(&lane.tokens, most);
+                            draft = draft::lookup(&lane.tokens, most);
                             reserved = draft.len();
                             lane.drafter.pending = draft.len();
                         }

@@ -7,7 +7,7 @@ use std::os::fd::BorrowedFd;
 
 use tensorfold_kernels::cuda::{Gpu, GpuError};
 
-use crate::ledger::{DevicePtr, DriverError, DriverTable, Mapping, MemoryKind};
+use crate::memory::ledger::{DevicePtr, DriverError, DriverTable, Mapping, MemoryKind};
 
 pub struct CudaDriver {
     gpu: Arc<Gpu>,

@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::prefix::PrefixIndex;
+use crate::memory::prefix::PrefixIndex;
 
 struct PageBook {
     free: Vec<u32>,

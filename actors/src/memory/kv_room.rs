@@ -8,8 +8,8 @@ use tensorfold_engine::boundary::{KvLayout, KvPool};
 use tensorfold_lend::kv::map_kv;
 use tensorfold_lend::Lent;
 
-use crate::device::{Adopt, Adoption, Allocate, DeviceActor, IsHostAddressable, MapLent};
-use crate::ledger::MemoryKind;
+use crate::memory::device::{Adopt, Adoption, Allocate, DeviceActor, IsHostAddressable, MapLent};
+use crate::memory::ledger::MemoryKind;
 use crate::start_error::StartError;
 
 /// A built pool: its pages (own and lent), the pages lent memory added, and the accounting it holds.

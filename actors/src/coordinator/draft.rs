@@ -1,6 +1,8 @@
 //! Prompt-lookup drafting: a decoding lane proposes the tokens that followed the last place its recent tokens
 //! appeared in its own prompt and output, as many as its drafts have earned at what a verify row costs.
 
+use crate::runner::StepCost;
+
 /// Fewest tokens a match needs: shorter ones draft text that copies nothing too often.
 const MIN_MATCH: usize = 3;
 /// Longest match looked for: a longer one picks, among the places the last tokens appeared, the one most like now.
@@ -10,54 +12,6 @@ const MAX_MATCH: usize = 8;
 const PRIOR: f64 = 1.0;
 /// Each settled draft weighs this much less than the next: a lane's text changes what drafting earns.
 const DECAY: f64 = 0.9;
-
-/// Points timed at start-up: a step of one row, then steps of this many times the draft rows.
-pub const TIMED_WIDTHS: [usize; 3] = [1, 2, 4];
-
-/// What a forward pass costs on an engine, measured at start-up: seconds at each timed number of rows, in between
-/// by straight lines, past the last by its slope (a step's rows cost little while the weights' reads bound it,
-/// then each row costs its compute).
-#[derive(Clone, Debug, PartialEq)]
-pub struct StepCost {
-    points: Vec<(usize, f64)>,
-}
-
-impl StepCost {
-    /// Where nothing was timed: rows cost nothing beside the round, so lanes draft what they earn.
-    pub fn unknown() -> StepCost {
-        StepCost { points: vec![(1, 1.0)] }
-    }
-
-    /// From (rows, seconds) pairs; times that fall with more rows are raised to the one before.
-    pub fn from_points(mut points: Vec<(usize, f64)>) -> StepCost {
-        points.sort_by_key(|p| p.0);
-        points.dedup_by_key(|p| p.0);
-        for i in 1..points.len() {
-            points[i].1 = points[i].1.max(points[i - 1].1);
-        }
-        if points.is_empty() {
-            return StepCost::unknown();
-        }
-        StepCost { points }
-    }
-
-    /// Seconds for a step of `rows` rows.
-    pub fn seconds(&self, rows: usize) -> f64 {
-        let p = &self.points;
-        let i = p.iter().position(|&(r, _)| r >= rows).unwrap_or(p.len() - 1).max(1).min(p.len() - 1);
-        if p.len() == 1 {
-            return p[0].1;
-        }
-        let ((r0, t0), (r1, t1)) = (p[i - 1], p[i]);
-        let slope = (t1 - t0) / (r1 - r0) as f64;
-        (t0 + slope * (rows as f64 - r0 as f64)).max(p[0].1)
-    }
-
-    /// Tokens a second from a round of `rows` rows that yields `tokens` tokens.
-    fn rate(&self, tokens: f64, rows: usize) -> f64 {
-        tokens / self.seconds(rows)
-    }
-}
 
 /// A lane's drafting state.
 #[derive(Default)]

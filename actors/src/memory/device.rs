@@ -7,7 +7,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tensorfold_lend::Lent;
 
-use crate::ledger::{DevicePtr, DriverError, DriverTable, Ledger, LedgerError, LedgerSnapshot, MemoryKind};
+use crate::memory::ledger::{DevicePtr, DriverError, DriverTable, Ledger, LedgerError, LedgerSnapshot, MemoryKind};
 
 /// Alignment of host allocations: the kernels load unaligned, and up to 16 lets large zeroed blocks map lazily.
 pub const HOST_ALIGN: usize = 16;
@@ -405,7 +405,7 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
-    use crate::ledger::tests::FakeDriver;
+    use crate::memory::ledger::tests::FakeDriver;
 
     fn assert_send<T: Send>() {}
 
