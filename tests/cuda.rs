@@ -10,7 +10,7 @@ use tensorfold::cuda_setup::CudaDevice;
 use tensorfold_actors::memory::cuda_driver::CudaDriver;
 use tensorfold_actors::memory::device::{spawn_device, Allocate, Snapshot};
 use tensorfold_actors::memory::ledger::{DevicePtr, DriverError, DriverTable, Ledger, LedgerError, MemoryKind};
-use tensorfold_engine::boundary::{Engine, KvPool, LaneStep, Logits};
+use tensorfold_engine::boundary::{Engine, KvPool, LaneRows, LaneStep, Logits};
 use tensorfold_engine::checkpoint::hf::HfCheckpoint;
 use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};
 use tensorfold_engine::llama::cuda::{CudaLlama, Sizing};
@@ -53,7 +53,8 @@ fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
             .collect();
         lanes.insert(at, step());
         let out = model.forward(&mut pool, &lanes).unwrap();
-        assert!(same_bits(&alone, &out[at]), "the row differs inside a batch of {size} rows at {at}");
+        let (alone, got) = (alone.values().unwrap(), out[at].values().unwrap());
+        assert!(same_bits(alone, got), "the row differs inside a batch of {size} rows at {at}");
     }
 }
 
@@ -90,9 +91,9 @@ fn test_graph_replays_fused_rope_and_folded_norms_equal_direct_launches_over_dec
                     .collect();
                 let out = model.forward(&mut pool, &lanes).unwrap();
                 for (s, l) in seqs.iter_mut().zip(&out) {
-                    s.push(tensorfold_kernels::ops::argmax(l) as u32);
+                    s.push(tensorfold_kernels::ops::argmax(l.values().unwrap()) as u32);
                 }
-                logits.extend(out.into_iter().flatten());
+                logits.extend(out.iter().flat_map(|l| l.values().unwrap().iter().copied()));
             }
             (seqs, logits)
         };
@@ -122,7 +123,7 @@ fn test_a_graph_is_not_replayed_on_a_pool_with_other_values() {
             .forward(pool, &[LaneStep { tokens: &seq, start_pos: 0, pages: &pages, logits: Logits::Last, keep: None }])
             .unwrap();
         for _ in 0..4 {
-            seq.push(tensorfold_kernels::ops::argmax(&logits[0]) as u32);
+            seq.push(tensorfold_kernels::ops::argmax(logits[0].values().unwrap()) as u32);
             let step = LaneStep {
                 tokens: &seq[seq.len() - 1..],
                 start_pos: seq.len() - 1,
@@ -132,7 +133,7 @@ fn test_a_graph_is_not_replayed_on_a_pool_with_other_values() {
             };
             logits = model.forward(pool, &[step]).unwrap();
         }
-        logits.remove(0)
+        logits.remove(0).values().unwrap().to_vec()
     };
     let mut first = dev.kv_pool(&model, PAGE_TOKENS, 8).unwrap();
     let [keys, _] = first.device_ptrs().unwrap();
@@ -204,9 +205,9 @@ fn test_greedy_rounds_with_picks_on_the_gpu_equal_the_host_argmax() {
                 .collect();
             let out = model.forward(&mut pool, &lanes).unwrap();
             for (s, l) in seqs.iter_mut().zip(&out) {
-                s.push(match kind {
-                    Logits::Argmax => l[0] as u32,
-                    _ => tensorfold_kernels::ops::argmax(l) as u32,
+                s.push(match l {
+                    LaneRows::Picks(ids) => ids[0],
+                    rows => tensorfold_kernels::ops::argmax(rows.values().unwrap()) as u32,
                 });
             }
         }
@@ -370,7 +371,10 @@ fn test_rows_kept_on_the_gpu_are_the_cpus_cut_of_the_whole_row() {
     for (temperature, penalty) in [(0.05f32, 1.3f32), (0.6, 1.3), (1.0, 1.0), (3.0, 0.8)] {
         let step =
             |i: usize, logits, keep| LaneStep { tokens: &prompts[i], start_pos: 0, pages: &pages[i], logits, keep };
-        let whole = model.forward(&mut pool, &[step(0, Logits::Last, None)]).unwrap().remove(0);
+        let LaneRows::Logits(whole) = model.forward(&mut pool, &[step(0, Logits::Last, None)]).unwrap().remove(0)
+        else {
+            panic!("a whole row for the lane that asked for its last row");
+        };
         let keep = Keep { temperature, repetition_penalty: penalty, history: &history };
         let round = [step(1, Logits::Argmax, None), step(0, Logits::Last, Some(keep)), step(2, Logits::Last, None)];
         let out = model.forward(&mut pool, &round).unwrap();
@@ -379,8 +383,8 @@ fn test_rows_kept_on_the_gpu_are_the_cpus_cut_of_the_whole_row() {
         let mut penalized = whole.clone();
         penalize(&mut penalized, &history, penalty);
         let (ids, values) = kept(&penalized, temperature);
-        let got_ids: Vec<u32> = out[1].iter().step_by(2).map(|v| v.to_bits()).collect();
-        let got_values: Vec<f32> = out[1].iter().skip(1).step_by(2).copied().collect();
+        let LaneRows::Kept(pairs) = &out[1] else { panic!("(id, logit) pairs for the lane that keeps its row") };
+        let (got_ids, got_values): (Vec<u32>, Vec<f32>) = pairs.iter().copied().unzip();
         assert_eq!(got_ids, ids, "temperature {temperature}, penalty {penalty}: other kept tokens");
         assert!(same_bits(&got_values, &values), "temperature {temperature}, penalty {penalty}: other kept logits");
         assert!(temperature > 0.1 || ids.len() < whole.len() / 2, "too little was cut at temperature {temperature}");
@@ -388,7 +392,7 @@ fn test_rows_kept_on_the_gpu_are_the_cpus_cut_of_the_whole_row() {
             let plain = sample(&whole, &params, &prompts[0], position);
             assert_eq!(sample_kept(&got_ids, &got_values, &params, position), plain, "the draw at {position}");
         }
-        assert_eq!(out[0].len(), 1, "the greedy lane beside it gets its pick");
-        assert_eq!(out[2].len(), whole.len(), "the whole-row lane beside it gets its row");
+        assert!(matches!(&out[0], LaneRows::Picks(ids) if ids.len() == 1), "the greedy lane beside it gets its pick");
+        assert_eq!(out[2].values().map(<[f32]>::len), Some(whole.len()), "the whole-row lane beside it gets its row");
     }
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use tensorfold_engine::boundary::{Engine, KvPool, LaneStep, Logits};
+use tensorfold_engine::boundary::{Engine, KvPool, LaneRows, LaneStep, Logits};
 use tensorfold_engine::generate::PAGE_TOKENS;
 
 fn prompt(tok: &tensorfold_engine::text::tokenizer::Tokenizer, text: &str) -> Vec<u32> {
@@ -19,7 +19,7 @@ fn chunked_logits(mut engine: impl Engine, prompt: &[u32], chunk: usize) -> Vec<
         let end = (start + chunk).min(prompt.len());
         let step =
             LaneStep { tokens: &prompt[start..end], start_pos: start, pages: &pages, logits: Logits::All, keep: None };
-        out.extend(engine.forward(&mut pool, &[step]).expect("a CPU pass runs").remove(0));
+        out.extend(engine.forward(&mut pool, &[step]).expect("a CPU pass runs").remove(0).values().unwrap_or_default());
     }
     out
 }
@@ -61,9 +61,9 @@ fn test_lane_alone_equals_lane_among_others() {
     lanes.push(LaneStep { tokens: &probe, start_pos: 0, pages: &page_sets[2], logits: Logits::All, keep: None });
     lanes.push(LaneStep { tokens: &others[2], start_pos: 0, pages: &page_sets[3], logits: Logits::All, keep: None });
     let out = model.llama.run(&mut pool, &lanes);
-    assert!(same_bits(&alone, &out[2]), "the probe's logits changed when batched with other lanes");
-    assert!(out[1].is_empty());
-    assert_eq!(out[0].len(), model.llama.vocab_size());
+    assert!(same_bits(&alone, out[2].values().unwrap()), "the probe's logits changed when batched with other lanes");
+    assert_eq!(out[1], LaneRows::None);
+    assert_eq!(out[0].values().map(<[f32]>::len), Some(model.llama.vocab_size()));
 }
 
 #[test]
@@ -90,7 +90,7 @@ fn test_decode_step_among_others_equals_decode_alone() {
                 LaneStep { tokens: &next, start_pos: b.len(), pages: &pb, logits: Logits::Last, keep: None },
             );
         }
-        model.llama.run(&mut pool, &lanes).pop().unwrap()
+        model.llama.run(&mut pool, &lanes).pop().unwrap().values().unwrap().to_vec()
     };
     assert!(same_bits(&run(false), &run(true)));
 }

@@ -1,7 +1,7 @@
 //! A draft model in the rounds: drafted equals plain whatever it drafts, and one that agrees with its target has
 //! every greedy draft accepted, which only holds if its KV caught up on each lane's every token.
 
-use tensorfold_engine::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
+use tensorfold_engine::boundary::{Engine, EngineError, KvLayout, KvPool, LaneRows, LaneStep, Logits};
 use tensorfold_kernels::attention::{attend, Query};
 
 use crate::coordinator::{Drafting, Schedule};
@@ -24,7 +24,7 @@ impl Engine for HistoryEngine {
     fn vocab_size(&self) -> usize {
         VOCAB
     }
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         let mut out = Vec::new();
         for l in lanes {
             for (i, t) in l.tokens.iter().enumerate() {
@@ -61,7 +61,7 @@ impl Engine for Wider {
     fn vocab_size(&self) -> usize {
         VOCAB + 1
     }
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         FakeEngine.forward(pool, lanes)
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tensorfold_engine::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep};
+use tensorfold_engine::boundary::{Engine, EngineError, KvLayout, KvPool, LaneRows, LaneStep};
 use tensorfold_kernels::sampling::{kept, penalize, SamplingParams};
 
 use crate::coordinator::{Drafting, Schedule};
@@ -24,14 +24,16 @@ impl Engine for Keeping {
     fn vocab_size(&self) -> usize {
         self.inner.vocab_size()
     }
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         let rows = self.inner.forward(pool, lanes)?;
-        let cut = lanes.iter().zip(rows).map(|(lane, mut row)| {
-            let Some(keep) = lane.keep else { return row };
-            self.rows_cut.fetch_add(1, Ordering::Relaxed);
-            penalize(&mut row, keep.history, keep.repetition_penalty);
-            let (ids, values) = kept(&row, keep.temperature);
-            ids.iter().zip(values).flat_map(|(&id, v)| [f32::from_bits(id), v]).collect()
+        let cut = lanes.iter().zip(rows).map(|(lane, rows)| match (lane.keep, rows) {
+            (Some(keep), LaneRows::Logits(mut row)) => {
+                self.rows_cut.fetch_add(1, Ordering::Relaxed);
+                penalize(&mut row, keep.history, keep.repetition_penalty);
+                let (ids, values) = kept(&row, keep.temperature);
+                LaneRows::Kept(ids.into_iter().zip(values).collect())
+            }
+            (_, rows) => rows,
         });
         Ok(cut.collect())
     }

@@ -205,7 +205,7 @@ fn forward_all(models: &mut [ModelSlot], planned: &[PlannedLane]) -> Vec<Pass> {
             tracing::error!(model = m, lanes = lanes.len(), error = %e, "a forward pass failed");
         }
         let lanes = (0..planned.len()).filter(|&i| planned[i].model == m).collect();
-        passes.push(Pass { lanes, kept, logits, forward: started.elapsed() });
+        passes.push(Pass { lanes, rows: logits, forward: started.elapsed() });
     }
     passes
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tensorfold_kernels::sampling::SamplingParams;
 use tokio::sync::mpsc::Receiver;
 
-use tensorfold_engine::boundary::{Codec, CodecJob, Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
+use tensorfold_engine::boundary::{Codec, CodecJob, Engine, EngineError, KvLayout, KvPool, LaneRows, LaneStep};
 
 use crate::coordinator::{Drafting, Schedule};
 use crate::request_types::{
@@ -27,7 +27,7 @@ impl Engine for FakeEngine {
     fn vocab_size(&self) -> usize {
         VOCAB
     }
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         std::thread::sleep(Duration::from_millis(1));
         let logits = lanes
             .iter()
@@ -37,10 +37,7 @@ impl Engine for FakeEngine {
                 }
                 let pos = l.start_pos + l.tokens.len() - 1;
                 let last = *l.tokens.last().unwrap() as u64;
-                match l.logits {
-                    Logits::None => Vec::new(),
-                    kind => kind.take(&fake_logits(last, pos as u64), VOCAB),
-                }
+                l.logits.take(&fake_logits(last, pos as u64), VOCAB)
             })
             .collect();
         Ok(logits)
@@ -336,7 +333,7 @@ impl Engine for Counting {
     fn vocab_size(&self) -> usize {
         VOCAB
     }
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         self.0.fetch_add(1, Ordering::SeqCst);
         FakeEngine.forward(pool, lanes)
     }
@@ -400,7 +397,7 @@ impl Engine for Faulty {
     fn vocab_size(&self) -> usize {
         VOCAB
     }
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         if lanes.iter().any(|l| l.tokens.contains(&POISON)) {
             assert!(!self.panics, "the poisoned token reached the engine");
             return Err(EngineError::Device("an injected fault in the attention kernel".into()));

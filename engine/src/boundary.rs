@@ -64,9 +64,9 @@ pub enum Logits {
     None,
     Last,
     All,
-    /// The last row's largest logit: one value, its index (the first on ties, as `ops::argmax` picks it), as f32.
+    /// The last row's largest logit's index (the first on ties, as `ops::argmax` picks it).
     Argmax,
-    /// Each row's largest logit, as `Argmax` gives the last row's: one value a row.
+    /// Each row's largest logit's index, as `Argmax` gives the last row's.
     Picks,
     /// Each row's final hidden state after the model's last norm, in place of logits: `hidden_size` values a row.
     Hidden,
@@ -82,12 +82,41 @@ impl Logits {
         }
     }
 
-    /// A step's computed rows of `vocab` as the step asked for them: `Argmax` and `Picks` keep each row's largest
-    /// index only; `Hidden` rows are hidden states, returned whole.
-    pub fn take(self, rows: &[f32], vocab: usize) -> Vec<f32> {
+    /// A step's computed rows of `vocab` values as the step asked for them: whole rows, each row's largest index,
+    /// or hidden states.
+    pub fn take(self, rows: &[f32], vocab: usize) -> LaneRows {
         match self {
-            Logits::Argmax | Logits::Picks => rows.chunks_exact(vocab).map(|r| argmax(r) as f32).collect(),
-            _ => rows.to_vec(),
+            Logits::None => LaneRows::None,
+            Logits::Last | Logits::All => LaneRows::Logits(rows.to_vec()),
+            Logits::Argmax | Logits::Picks => {
+                LaneRows::Picks(rows.chunks_exact(vocab).map(|r| argmax(r) as u32).collect())
+            }
+            Logits::Hidden => LaneRows::Hidden(rows.to_vec()),
+        }
+    }
+}
+
+/// One lane's rows from a forward pass, of the kind its step's `Logits` asked for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LaneRows {
+    /// `Logits::None`: nothing.
+    None,
+    /// `Last` or `All`: whole rows of logits, one a row, `vocab` values each.
+    Logits(Vec<f32>),
+    /// `Argmax` or `Picks`: each row's largest logit's index, the first on ties.
+    Picks(Vec<u32>),
+    /// A sampled last row cut to the tokens its draw may take, by an engine that `keeps_rows`: (id, logit) pairs.
+    Kept(Vec<(u32, f32)>),
+    /// `Hidden`: final hidden states after the model's last norm, `hidden_size` values a row.
+    Hidden(Vec<f32>),
+}
+
+impl LaneRows {
+    /// Whole rows' values, of logits or hidden states; `None` for the other kinds.
+    pub fn values(&self) -> Option<&[f32]> {
+        match self {
+            LaneRows::Logits(v) | LaneRows::Hidden(v) => Some(v),
+            _ => None,
         }
     }
 }
@@ -116,10 +145,10 @@ pub trait Engine: Send {
     /// The KV pool shape for pages of `page_tokens` positions.
     fn kv_layout(&self, page_tokens: usize) -> KvLayout;
     fn vocab_size(&self) -> usize;
-    /// Runs every lane in one batched pass; returns each lane's requested logits rows, concatenated.
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError>;
+    /// Runs every lane in one batched pass; returns each lane's rows, of the kind its step asked for.
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError>;
     /// Whether a lane with `keep` gets back its last row cut to `sampling::kept`'s tokens, penalty applied, as
-    /// (id bits, logit) pairs, instead of the whole row.
+    /// `LaneRows::Kept`, instead of the whole row.
     fn keeps_rows(&self) -> bool {
         false
     }
@@ -139,7 +168,7 @@ impl<T: Engine + ?Sized> Engine for Box<T> {
         (**self).vocab_size()
     }
 
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         (**self).forward(pool, lanes)
     }
 
@@ -162,7 +191,7 @@ impl<T: Engine + ?Sized> Engine for &mut T {
         (**self).vocab_size()
     }
 
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         (**self).forward(pool, lanes)
     }
 
@@ -307,7 +336,7 @@ pub enum Work {
 
 #[cfg(test)]
 mod tests {
-    use super::Logits;
+    use super::{LaneRows, Logits};
 
     #[test]
     fn test_logits_rows_per_step() {
@@ -318,16 +347,17 @@ mod tests {
 
     #[test]
     fn test_argmax_keeps_the_first_largest_index() {
-        assert_eq!(Logits::Argmax.take(&[0.5, 2.0, -1.0, 2.0], 4), vec![1.0]);
-        assert_eq!(Logits::Last.take(&[0.5, 2.0], 2), vec![0.5, 2.0]);
-        assert_eq!(Logits::Argmax.take(&[], 4), Vec::<f32>::new());
-        assert_eq!(Logits::Picks.take(&[0.5, 2.0, 3.0, 3.0, -1.0, -2.0], 2), vec![1.0, 0.0, 0.0]);
+        assert_eq!(Logits::Argmax.take(&[0.5, 2.0, -1.0, 2.0], 4), LaneRows::Picks(vec![1]));
+        assert_eq!(Logits::Last.take(&[0.5, 2.0], 2), LaneRows::Logits(vec![0.5, 2.0]));
+        assert_eq!(Logits::Argmax.take(&[], 4), LaneRows::Picks(Vec::new()));
+        assert_eq!(Logits::Picks.take(&[0.5, 2.0, 3.0, 3.0, -1.0, -2.0], 2), LaneRows::Picks(vec![1, 0, 0]));
+        assert_eq!(Logits::None.take(&[0.5], 1), LaneRows::None);
         assert_eq!(Logits::Picks.rows(5), 5);
     }
 
     #[test]
     fn test_hidden_returns_every_row_whole() {
         assert_eq!([Logits::Hidden.rows(5), Logits::Hidden.rows(0)], [5, 0]);
-        assert_eq!(Logits::Hidden.take(&[0.5, 2.0, -1.0, 2.0], 2), vec![0.5, 2.0, -1.0, 2.0]);
+        assert_eq!(Logits::Hidden.take(&[0.5, 2.0, -1.0, 2.0], 2), LaneRows::Hidden(vec![0.5, 2.0, -1.0, 2.0]));
     }
 }

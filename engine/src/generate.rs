@@ -1,6 +1,6 @@
 //! One sequence driven through the engine's batched forward: chunked prefill, then decode.
 
-use crate::boundary::{Engine, EngineError, KvPool, LaneStep, Logits};
+use crate::boundary::{Engine, EngineError, KvPool, LaneRows, LaneStep, Logits};
 
 use tensorfold_kernels::sampling::{sample, SamplingParams};
 
@@ -46,7 +46,8 @@ impl<E: Engine> Sequence<E> {
         self.pages.len() * PAGE_TOKENS
     }
 
-    /// Appends tokens and runs them in chunks of `chunk`; returns the logits `want` asks for.
+    /// Appends tokens and runs them in chunks of `chunk`; returns the whole rows `want` asks for (`Last`, `All` or
+    /// `Hidden`: a pick has no values to return).
     pub fn extend(&mut self, new: &[u32], chunk: usize, want: Logits) -> Result<Vec<f32>, EngineError> {
         assert!(self.tokens.len() + new.len() <= self.capacity(), "sequence is full");
         self.tokens.extend_from_slice(new);
@@ -66,7 +67,12 @@ impl<E: Engine> Sequence<E> {
                 logits,
                 keep: None,
             };
-            out.extend(self.engine.forward(&mut self.pool, &[step])?.remove(0));
+            match self.engine.forward(&mut self.pool, &[step])?.remove(0) {
+                LaneRows::None => {}
+                rows => {
+                    out.extend(rows.values().ok_or_else(|| EngineError::Sizing(format!("{want:?} has no values")))?)
+                }
+            }
             self.num_cached = end;
         }
         Ok(out)

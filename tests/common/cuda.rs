@@ -136,7 +136,7 @@ pub fn prefill(engine: &mut dyn Engine, pool: &mut KvPool, prompt: &[u32], chunk
         let start_pos = i * chunk;
         let logits = if start_pos + part.len() == prompt.len() { Logits::Last } else { Logits::None };
         let lane = LaneStep { tokens: part, start_pos, pages: &pages, logits, keep: None };
-        last = engine.forward(pool, &[lane]).unwrap().remove(0);
+        last = engine.forward(pool, &[lane]).unwrap().remove(0).values().unwrap_or_default().to_vec();
     }
     last
 }

@@ -1,7 +1,7 @@
 //! Embedding lanes in the rounds: a vector is the same alone, among decoding lanes and at any chunking, and a model
 //! whose engine cannot embed refuses the request at submit.
 
-use tensorfold_engine::boundary::{EmbedWork, Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
+use tensorfold_engine::boundary::{EmbedWork, Engine, EngineError, KvLayout, KvPool, LaneRows, LaneStep, Logits};
 use tensorfold_kernels::attention::{attend, Query};
 use tokio::sync::mpsc::Receiver;
 
@@ -28,7 +28,7 @@ impl Engine for HistoryEngine {
     fn embeds(&self) -> bool {
         !self.refuses_hidden
     }
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         if self.refuses_hidden && lanes.iter().any(|l| l.logits == Logits::Hidden) {
             return Err(EngineError::Sizing("embeddings are not supported here".into()));
         }
@@ -50,8 +50,7 @@ impl Engine for HistoryEngine {
                 );
             }
             out.push(match l.logits {
-                Logits::None => Vec::new(),
-                Logits::Hidden => hidden,
+                Logits::Hidden => LaneRows::Hidden(hidden),
                 kind => kind.take(&logits[(l.tokens.len() - kind.rows(l.tokens.len())) * VOCAB..], VOCAB),
             });
         }

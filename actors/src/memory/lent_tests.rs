@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tensorfold_engine::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
+use tensorfold_engine::boundary::{Engine, EngineError, KvLayout, KvPool, LaneRows, LaneStep};
 use tensorfold_kernels::attention::{attend, Query};
 use tensorfold_lend::daemon::{Daemon, Running};
 use tensorfold_lend::kv::{host_page, LentLayout};
@@ -31,7 +31,7 @@ impl Engine for Attending {
         VOCAB
     }
 
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         let row = |t: u32, pos: usize, salt: f32| -> [f32; HEAD_DIM] {
             std::array::from_fn(|i| ((t as usize * 7 + pos * 3 + i * 5) % 11) as f32 * 0.25 - salt)
         };
@@ -47,10 +47,7 @@ impl Engine for Attending {
             attend(pool, 0, &[Query { q: &q, pos, pages: l.pages }], 1, &mut attended);
             let mix = attended.iter().fold(0u64, |h, v| h.wrapping_mul(31).wrapping_add(v.to_bits() as u64));
             let logits: Vec<f32> = (0..VOCAB as u64).map(|v| ((mix ^ (v * 2654435761)) % 29) as f32 * 0.2).collect();
-            out.push(match l.logits {
-                Logits::None => Vec::new(),
-                kind => kind.take(&logits, VOCAB),
-            });
+            out.push(l.logits.take(&logits, VOCAB));
         }
         Ok(out)
     }

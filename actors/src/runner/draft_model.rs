@@ -1,7 +1,7 @@
 //! A draft model's turn in a round: it catches each lane's KV up, then drafts greedily a token a step, every lane
 //! of the model in one batched pass per step, before the round's forward pass verifies the drafts.
 
-use tensorfold_engine::boundary::{LaneStep, Logits};
+use tensorfold_engine::boundary::{LaneRows, LaneStep, Logits};
 
 use crate::model_slot::ModelSlot;
 use crate::round::{PlannedDraft, RoundPlan};
@@ -31,9 +31,11 @@ pub fn draft(models: &mut [ModelSlot], plan: &mut RoundPlan) -> Vec<(u64, usize)
                 .collect();
             let (which, steps): (Vec<usize>, Vec<LaneStep>) = lanes.into_iter().unzip();
             match engine.forward(pool, &steps) {
-                Ok(logits) => {
-                    for (j, row) in which.into_iter().zip(logits) {
-                        drafts[j].extend(row.first().map(|&id| id as u32));
+                Ok(rows) => {
+                    for (j, rows) in which.into_iter().zip(rows) {
+                        if let LaneRows::Picks(ids) = rows {
+                            drafts[j].extend(ids.first());
+                        }
                     }
                 }
                 Err(e) => {

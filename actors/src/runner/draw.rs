@@ -5,18 +5,17 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
-use tensorfold_engine::boundary::{EngineError, Logits};
+use tensorfold_engine::boundary::{EngineError, LaneRows, Logits};
 use tensorfold_kernels::sampling::{log_softmax, sample, sample_kept, SamplingParams};
 
 use super::rules::{shape_row, Masks, RowMasks};
 use crate::request_types::TokenLogprob;
 use crate::round::{LaneGrammar, PlannedLane, SampleSpec, Sampled};
 
-/// One model's forward pass: its lanes as indices into the plan, whether each lane's row came back kept, the rows.
+/// One model's forward pass: its lanes as indices into the plan, and each lane's rows.
 pub(super) struct Pass {
     pub lanes: Vec<usize>,
-    pub kept: Vec<bool>,
-    pub logits: Result<Vec<Vec<f32>>, EngineError>,
+    pub rows: Result<Vec<LaneRows>, EngineError>,
     pub forward: Duration,
 }
 
@@ -35,30 +34,31 @@ pub(super) fn draw_all(planned: &[PlannedLane], passes: Vec<Pass>, masks: Vec<Ro
         masks.into_iter().map(|m| (m.grammar.lane_id, m)).map(|(id, m)| (m.grammar, (id, m.masks))).unzip();
     let Drawn { mut sampled, mut failed, mut hidden } = Drawn::default();
     for pass in passes {
-        let logits = match pass.logits {
-            Ok(logits) => logits,
+        let rows = match pass.rows {
+            Ok(rows) => rows,
             Err(e) => {
                 failed.extend(pass.lanes.iter().map(|&i| (planned[i].lane_id, e.clone())));
                 continue;
             }
         };
         let started = Instant::now();
-        let (embeds, lanes): (Vec<_>, Vec<_>) =
-            pass.lanes.iter().zip(logits).zip(&pass.kept).partition(|((&i, _), _)| planned[i].embed);
-        let rows = embeds.into_iter().map(|((&i, rows), _)| (planned[i].lane_id, rows));
-        hidden.extend(rows.filter(|(id, _)| !failed.iter().any(|(f, _)| f == id)));
-        // Each lane's draw reads only its own logits, so the lanes draw side by side, in plan order.
+        let (embeds, lanes): (Vec<_>, Vec<_>) = pass.lanes.iter().zip(rows).partition(|(&i, _)| planned[i].embed);
+        let hidden_rows = embeds.into_iter().map(|(&i, rows)| match rows {
+            LaneRows::Hidden(values) => (planned[i].lane_id, values),
+            _ => (planned[i].lane_id, Vec::new()),
+        });
+        hidden.extend(hidden_rows.filter(|(id, _)| !failed.iter().any(|(f, _)| f == id)));
+        // Each lane's draw reads only its own rows, so the lanes draw side by side, in plan order.
         let drawn: Vec<Result<Vec<Sampled>, (u64, EngineError)>> = lanes
             .into_par_iter()
-            .map(|((&i, logits), &kept)| {
+            .map(|(&i, rows)| {
                 let lane = &planned[i];
-                let fail = |why: String| (lane.lane_id, EngineError::Grammar(why));
-                match (kept, masks.get(&lane.lane_id)) {
-                    (true, _) => Ok(draw_kept(lane, &logits)),
-                    (false, None) => draw(lane, &logits, None).map_err(fail),
-                    (false, Some(Ok(rows))) => draw(lane, &logits, Some(rows)).map_err(fail),
-                    (false, Some(Err(why))) => Err(fail(why.clone())),
-                }
+                let masks = match masks.get(&lane.lane_id) {
+                    None => None,
+                    Some(Ok(rows)) => Some(&rows[..]),
+                    Some(Err(why)) => return Err((lane.lane_id, EngineError::Grammar(why.clone()))),
+                };
+                draw(lane, &rows, masks).map_err(|e| (lane.lane_id, e))
             })
             .collect();
         for lane in drawn {
@@ -111,11 +111,9 @@ pub(super) fn is_kept_draw(spec: &SampleSpec) -> bool {
     logits_for(spec) == Logits::Last && !is_shaped(spec) && spec.logprobs.is_none() && spec.params.temperature > 0.0
 }
 
-/// A sampled lane's token from its last row cut to the tokens its draw can take: (id bits, logit) pairs.
-fn draw_kept(lane: &PlannedLane, pairs: &[f32]) -> Vec<Sampled> {
-    let Some(spec) = lane.sample.as_ref() else { return Vec::new() };
-    let ids: Vec<u32> = pairs.iter().step_by(2).map(|id| id.to_bits()).collect();
-    let logits: Vec<f32> = pairs.iter().skip(1).step_by(2).copied().collect();
+/// A sampled lane's token from its last row cut to the tokens its draw can take.
+fn draw_kept(lane: &PlannedLane, spec: &SampleSpec, pairs: &[(u32, f32)]) -> Vec<Sampled> {
+    let (ids, logits): (Vec<u32>, Vec<f32>) = pairs.iter().copied().unzip();
     let id = sample_kept(&ids, &logits, &spec.params, spec.position);
     vec![Sampled { lane_id: lane.lane_id, id, logprob: None }]
 }
@@ -123,13 +121,18 @@ fn draw_kept(lane: &PlannedLane, pairs: &[f32]) -> Vec<Sampled> {
 /// The lane's drawn tokens: one, or with a draft the draw of each row while the one before equaled its draft.
 /// Row j draws at position + j with the history and mask plain decoding would have there, so the tokens are the same.
 /// Log-probabilities are the model's own, before penalties, bias and mask.
-fn draw(lane: &PlannedLane, logits: &[f32], masks: Option<&[Vec<u32>]>) -> Result<Vec<Sampled>, String> {
+fn draw(lane: &PlannedLane, rows: &LaneRows, masks: Option<&[Vec<u32>]>) -> Result<Vec<Sampled>, EngineError> {
     let Some(spec) = lane.sample.as_ref() else { return Ok(Vec::new()) };
-    if matches!(logits_for(spec), Logits::Argmax | Logits::Picks) {
-        // Row j's pick is kept while the row before it equaled its draft.
-        let kept = logits.iter().enumerate().take_while(|&(j, _)| j == 0 || spec.draft[j - 1] == logits[j - 1] as u32);
-        return Ok(kept.map(|(_, &id)| Sampled { lane_id: lane.lane_id, id: id as u32, logprob: None }).collect());
-    }
+    let logits = match rows {
+        LaneRows::Logits(logits) => logits,
+        LaneRows::Kept(pairs) => return Ok(draw_kept(lane, spec, pairs)),
+        LaneRows::Picks(ids) => {
+            // Row j's pick is kept while the row before it equaled its draft.
+            let kept = ids.iter().enumerate().take_while(|&(j, _)| j == 0 || spec.draft[j - 1] == ids[j - 1]);
+            return Ok(kept.map(|(_, &id)| Sampled { lane_id: lane.lane_id, id, logprob: None }).collect());
+        }
+        other => return Err(EngineError::Sizing(format!("a drawing lane got {other:?} rows"))),
+    };
     let rows = spec.draft.len() + 1;
     let vocab = logits.len() / rows;
     let shaped = masks.is_some() || !spec.rules.is_empty();
@@ -148,7 +151,8 @@ fn draw(lane: &PlannedLane, logits: &[f32], masks: Option<&[Vec<u32>]>) -> Resul
                 let generated = history.get(spec.prompt_len..).unwrap_or_default();
                 let shaped = shape_row(row, &spec.params, &spec.rules, &history, generated, mask);
                 if shaped.iter().all(|l| *l == f32::NEG_INFINITY) {
-                    return Err(format!("no token of the vocabulary of {vocab} is allowed at position {position}"));
+                    let why = format!("no token of the vocabulary of {vocab} is allowed at position {position}");
+                    return Err(EngineError::Grammar(why));
                 }
                 sample(&shaped, &unpenalized, &[], position)
             }
@@ -200,12 +204,12 @@ mod tests {
         for (j, row) in rows.iter().enumerate() {
             let spec = plain.sample.as_mut().unwrap();
             spec.position = 40 + j as u64;
-            let s = draw(&plain, row, None).unwrap().remove(0);
+            let s = draw(&plain, &LaneRows::Logits(row.clone()), None).unwrap().remove(0);
             plain.sample.as_mut().unwrap().history.push(s.id);
             ids.push(s);
         }
         assert!(ids.windows(2).any(|w| w[0].id != w[1].id), "the rows draw different tokens");
-        let flat: Vec<f32> = rows.concat();
+        let flat = LaneRows::Logits(rows.concat());
         // A draft of the plain tokens is kept whole, and the row after it draws the next one.
         let all = draw(&drafting_lane(ids[..4].iter().map(|s| s.id).collect()), &flat, None).unwrap();
         let got: Vec<(u32, Option<TokenLogprob>)> = all.iter().map(|s| (s.id, s.logprob.clone())).collect();
@@ -224,13 +228,11 @@ mod tests {
         lane.sample.as_mut().unwrap().params = SamplingParams { temperature: 0.0, ..Default::default() };
         lane.sample.as_mut().unwrap().logprobs = None;
         assert_eq!(logits_for(lane.sample.as_ref().unwrap()), Logits::Picks);
-        let ids = |s: Result<Vec<Sampled>, String>| s.unwrap().iter().map(|s| s.id).collect::<Vec<_>>();
-        assert_eq!(
-            ids(draw(&lane, &[5.0, 7.0, 9.0, 2.0], None)),
-            vec![5, 7, 9],
-            "the third draft failed: its row's pick ends it"
-        );
-        assert_eq!(ids(draw(&lane, &[5.0, 7.0, 3.0, 2.0], None)), vec![5, 7, 3, 2], "all kept, and the row after");
-        assert_eq!(ids(draw(&lane, &[6.0, 7.0, 3.0, 2.0], None)), vec![6], "the first failed");
+        let ids = |picks: Vec<u32>| {
+            draw(&lane, &LaneRows::Picks(picks), None).unwrap().iter().map(|s| s.id).collect::<Vec<_>>()
+        };
+        assert_eq!(ids(vec![5, 7, 9, 2]), vec![5, 7, 9], "the third draft failed: its row's pick ends it");
+        assert_eq!(ids(vec![5, 7, 3, 2]), vec![5, 7, 3, 2], "all kept, and the row after");
+        assert_eq!(ids(vec![6, 7, 3, 2]), vec![6], "the first failed");
     }
 }

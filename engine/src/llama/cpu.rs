@@ -1,6 +1,6 @@
 //! The Llama family (Llama 2/3, Qwen2/2.5, Qwen3, SmolLM2) on CPU: one model, the variants as config.
 
-use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
+use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneRows, LaneStep, Logits};
 use tensorfold_kernels::attention::{attend, Query};
 use tensorfold_kernels::matmul::{matmul_with, Activations};
 use tensorfold_kernels::ops::{self, Rope};
@@ -231,7 +231,7 @@ impl Engine for Llama {
         self.cfg.vocab_size
     }
 
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         Ok(self.run(pool, lanes))
     }
 }
@@ -246,19 +246,19 @@ impl Engine for &Llama {
         self.cfg.vocab_size
     }
 
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         Ok(self.run(pool, lanes))
     }
 }
 
 impl Llama {
     /// Every lane in one batched pass; returns each lane's requested logits rows.
-    pub fn run(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<Vec<f32>> {
+    pub fn run(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<LaneRows> {
         // The pass runs on a compute thread, so its many parallel kernels are not each handed over from outside.
         rayon::scope(|_| self.forward_on_pool(pool, lanes))
     }
 
-    fn forward_on_pool(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<Vec<f32>> {
+    fn forward_on_pool(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<LaneRows> {
         let queries: Vec<(usize, &[u32])> =
             lanes.iter().flat_map(|l| (0..l.tokens.len()).map(move |i| (l.start_pos + i, l.pages))).collect();
         let mut pass = CpuPass {
@@ -292,7 +292,7 @@ struct CpuPass<'a, 'l> {
     attn: Vec<f32>,
     delta: Vec<f32>,
     act: Vec<f32>,
-    out: Vec<Vec<f32>>,
+    out: Vec<LaneRows>,
 }
 
 impl LlamaSteps for CpuPass<'_, '_> {
@@ -446,7 +446,7 @@ impl LlamaSteps for CpuPass<'_, '_> {
                 let k = r.end - r.start;
                 at_normed += k * h;
                 if is_hidden(lane) {
-                    return normed[at_normed - k * h..at_normed].to_vec();
+                    return LaneRows::Hidden(normed[at_normed - k * h..at_normed].to_vec());
                 }
                 at_logits += k * vocab;
                 lane.logits.take(&logits[at_logits - k * vocab..at_logits], vocab)

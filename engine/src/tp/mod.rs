@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use tensorfold_kernels::cuda::Gpu;
 
-use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep};
+use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneRows, LaneStep};
 use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::llama::cuda::{CudaLlama, CudaOptions, Sizing};
@@ -152,7 +152,7 @@ impl Engine for TensorParallel {
         self.ranks[0].engine.vocab_size()
     }
 
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         let (layout, pages) = (pool.layout(), pool.num_pages());
         for rank in &mut self.ranks[1..] {
             if rank.pool.as_ref().is_none_or(|p| p.layout() != layout || p.num_pages() != pages) {
@@ -199,7 +199,7 @@ fn run_rank(
     pool: &mut KvPool,
     lanes: &[LaneStep],
     meet: &Rendezvous,
-) -> (Result<Vec<Vec<f32>>, EngineError>, bool) {
+) -> (Result<Vec<LaneRows>, EngineError>, bool) {
     let run = || match threads {
         Some(threads) => threads.install(|| engine.forward(pool, lanes)),
         None => engine.forward(pool, lanes),
@@ -232,13 +232,13 @@ mod tests {
             1
         }
 
-        fn forward(&mut self, _: &mut KvPool, _: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+        fn forward(&mut self, _: &mut KvPool, _: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
             if self.fails.load(Ordering::Relaxed) {
                 return Err(EngineError::Sizing(format!("rank {} fails", self.member.rank())));
             }
             let mut v = [1.0];
             self.member.all_reduce_sum(&mut v).map_err(|e| EngineError::Device(e.to_string()))?;
-            Ok(vec![v.to_vec()])
+            Ok(vec![LaneRows::Logits(v.to_vec())])
         }
     }
 
@@ -261,7 +261,11 @@ mod tests {
             let err = tp.forward(&mut pool, &[]).unwrap_err();
             assert_eq!(err.to_string(), EngineError::Sizing(format!("rank {failing} fails")).to_string());
             fails.store(false, Ordering::Relaxed);
-            assert_eq!(tp.forward(&mut pool, &[]).unwrap(), vec![vec![3.0]], "rank {failing} failed once");
+            assert_eq!(
+                tp.forward(&mut pool, &[]).unwrap(),
+                vec![LaneRows::Logits(vec![3.0])],
+                "rank {failing} failed once"
+            );
         }
     }
 }

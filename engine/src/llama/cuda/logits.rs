@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 use tensorfold_kernels::cuda::{DevPtr, Gpu, GpuError, KeepRows, KEEP_SCRATCH};
 
-use crate::boundary::{EngineError, Keep, LaneStep, Logits};
+use crate::boundary::{EngineError, Keep, LaneRows, LaneStep, Logits};
 
 /// Device buffers for sampled rows: their packed (id, logit) pairs, counts, scratch, and the tables `keep_rows` reads.
 pub(super) struct KeepBuffers {
@@ -42,14 +42,14 @@ fn device(e: GpuError) -> EngineError {
     EngineError::from(e)
 }
 
-/// Each lane's output: kept (id bits, logit) pairs for lanes with `keep` and one sampled row, picks for greedy
+/// Each lane's output: kept (id, logit) pairs for lanes with `keep` and one sampled row, picks for greedy
 /// lanes when every other lane is greedy or kept, else the rows the lane asked for.
 pub(super) fn bring_back(
     g: &Gpu,
     keep: &KeepBuffers,
     round: RoundRows,
     lanes: &[LaneStep],
-) -> Result<Vec<Vec<f32>>, EngineError> {
+) -> Result<Vec<LaneRows>, EngineError> {
     let RoundRows { logits, picks: picks_ptr, staging, n, vocab, gpu_argmax } = round;
     let mut first = Vec::with_capacity(lanes.len());
     let mut at_row = 0;
@@ -105,12 +105,13 @@ pub(super) fn bring_back(
     });
     let lane_pairs: Vec<Option<&[f32]>> = first.iter().map(|f| f.3.and_then(|_| rows.next())).collect();
     // A greedy lane's pick is read straight from the staging buffer: its row is never copied.
-    let out: Vec<Vec<f32>> = first
+    let out: Vec<LaneRows> = first
         .into_par_iter()
         .zip(lane_pairs)
         .map(|((row, k, kind, _), kept)| match (kept, picks) {
-            (Some(p), _) => p.to_vec(),
-            (None, true) => staging[row..row + k].iter().map(|id| id.to_bits() as f32).collect(),
+            (Some(p), _) => LaneRows::Kept(p.chunks_exact(2).map(|pair| (pair[0].to_bits(), pair[1])).collect()),
+            (None, _) if k == 0 => LaneRows::None,
+            (None, true) => LaneRows::Picks(staging[row..row + k].iter().map(|id| id.to_bits()).collect()),
             (None, false) => kind.take(&staging[row * vocab..(row + k) * vocab], vocab),
         })
         .collect();

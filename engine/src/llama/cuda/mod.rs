@@ -3,7 +3,7 @@
 use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
 
-use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneStep, Logits};
+use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneRows, LaneStep, Logits};
 use crate::memory::{Alloc, Held, MemoryKind};
 use tensorfold_kernels::cuda::{
     attention_group_rows, family_workspace, DevPtr, GemmScratch, Gpu, GpuError, Graph, KernelOptions, ATTENTION_SPLIT,
@@ -388,7 +388,7 @@ impl CudaLlama {
     }
 
     /// Runs the round; `Err` for a device fault or a round the buffers were not sized for.
-    fn run(&mut self, pool: &KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn run(&mut self, pool: &KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         if lanes.iter().any(|l| l.logits == Logits::Hidden) {
             return Err(EngineError::Sizing("the CUDA engine does not return hidden states".into()));
         }
@@ -495,7 +495,7 @@ impl Engine for CudaLlama {
         self.net.cfg.vocab_size
     }
 
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<Vec<f32>>, EngineError> {
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         self.run(pool, lanes)
     }
 
