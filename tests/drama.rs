@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use serde_json::Value;
-use tensorfold_engine::generate::Finish;
+use tensorfold_engine::boundary::FinishReason;
 use tensorfold_engine::sampling::SamplingParams;
 use tensorfold_engine::speech::drama::{DramaError, DramaLayout, DramaModel, ORPHEUS_VOICES};
 use tensorfold_engine::text::tokenizer::Tokenizer;
@@ -104,8 +104,8 @@ fn test_greedy_tokens_and_frames_match_the_reference() {
         let out = m.synthesize(&g.voice, &g.text, &greedy(), g.max_tokens).unwrap();
         assert_eq!(out.tokens, g.greedy, "{}: {}", g.voice, g.text);
         match g.stop {
-            Some(stop) => assert!(m.layout.is_end_of_speech(stop) && out.finish == Finish::Stop, "{}", g.voice),
-            None => assert_eq!(out.finish, Finish::Length, "{}", g.voice),
+            Some(stop) => assert!(m.layout.is_end_of_speech(stop) && out.finish == FinishReason::Stop, "{}", g.voice),
+            None => assert_eq!(out.finish, FinishReason::Length, "{}", g.voice),
         }
         let codes: Vec<Vec<u32>> = out.frames.codes().iter().map(|c| c.to_vec()).collect();
         assert!(out.frames.num_frames() > 0, "{}", g.voice);

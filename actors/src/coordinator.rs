@@ -9,7 +9,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tensorfold_engine::boundary::EngineError;
 
-use crate::memory::kv::PagePool;
+use crate::memory::kv::KvPages;
 use crate::metrics::Metrics;
 use crate::outbox::Outbox;
 use crate::round::{ModelId, RoundOutput, RoundPlan};
@@ -58,8 +58,8 @@ impl Books {
 
 pub struct Coordinator {
     runner: EngineRunner,
-    /// One page pool per model.
-    pages: Vec<PagePool>,
+    /// Each model's KV pages.
+    pages: Vec<KvPages>,
     schedule: Schedule,
     books: Books,
     in_flight: bool,
@@ -72,7 +72,7 @@ impl Coordinator {
     /// `pages` has one pool per model, empty for voices; `drafts` names each model's draft model.
     pub fn new(
         runner: EngineRunner,
-        pages: Vec<PagePool>,
+        pages: Vec<KvPages>,
         drafts: Vec<Option<ModelId>>,
         schedule: Schedule,
         metrics: Arc<Metrics>,
@@ -179,9 +179,9 @@ impl Coordinator {
     fn publish(&self) {
         self.metrics.set_running(self.num_running());
         self.metrics.set_waiting(self.num_waiting());
-        let used = self.pages.iter().map(PagePool::num_used).sum();
-        self.metrics.set_kv_pages(used, self.pages.iter().map(PagePool::num_total).sum());
-        self.metrics.set_kv_pages_cached(self.pages.iter().map(PagePool::num_cached).sum());
+        let used = self.pages.iter().map(KvPages::num_used).sum();
+        self.metrics.set_kv_pages(used, self.pages.iter().map(KvPages::num_total).sum());
+        self.metrics.set_kv_pages_cached(self.pages.iter().map(KvPages::num_cached).sum());
     }
 }
 

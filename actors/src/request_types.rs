@@ -1,29 +1,13 @@
 //! The seam between HTTP and the runtime: a validated request in, a stream of events out.
 
 pub use tensorfold_engine::boundary::{
-    EmbedWork, EngineError, FrameSink, Output, TextDecoder, TokenWork, VoiceInput, Work,
+    EmbedWork, EngineError, FinishReason, FrameSink, Output, TextDecoder, TokenWork, VoiceInput, Work,
 };
 
 /// A request that passed validation, for the registered model it names; nothing downstream re-checks it.
 pub struct ValidRequest {
     pub model: String,
     pub work: Work,
-}
-
-/// Why a request ended; `as_str` is the API's `finish_reason`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FinishReason {
-    Stop,
-    Length,
-}
-
-impl FinishReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-        }
-    }
 }
 
 /// The log-probability of a chosen token and of the most likely alternatives.

@@ -68,7 +68,7 @@ impl EngineRunner {
         Ok(EngineRunner { jobs, step_costs })
     }
 
-    /// What a step costs on `model` (one of the models `spawn` was given, as the page pools are indexed).
+    /// What a step costs on `model` (one of the models `spawn` was given, as its KV pages are indexed).
     pub fn step_cost(&self, model: usize) -> &StepCost {
         &self.step_costs[model]
     }

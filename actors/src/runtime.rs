@@ -14,7 +14,7 @@ use tensorfold_lend::Lent;
 
 use crate::coordinator::{Coordinator, Schedule};
 use crate::memory::device::{cpu_driver, Adopt, Adoption, DeviceActor, Snapshot};
-use crate::memory::kv::PagePool;
+use crate::memory::kv::KvPages;
 use crate::memory::kv_room::kv_room;
 use crate::memory::ledger::{Ledger, MemoryKind};
 use crate::messages::{Close, Enqueue, EnqueueEmbed, EnqueueVoice};
@@ -228,8 +228,7 @@ impl Runtime {
         let (schedule, m, cache_tokens) = (cfg.schedule, metrics.clone(), cfg.prefix_cache_tokens);
         let arbiter = Arbiter::new();
         let coordinator = Coordinator::start_in_arbiter(&arbiter.handle(), move |_| {
-            let pool =
-                |(n, t, caches): (usize, usize, bool)| PagePool::new(n, t, if caches { cache_tokens } else { 0 });
+            let pool = |(n, t, caches): (usize, usize, bool)| KvPages::new(n, t, if caches { cache_tokens } else { 0 });
             Coordinator::new(runner, pages.into_iter().map(pool).collect(), draft_of, schedule, m)
         });
         Ok(Runtime {

@@ -58,6 +58,22 @@ impl EngineError {
     }
 }
 
+/// Why a request ended; `as_str` is the API's `finish_reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    Stop,
+    Length,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
 /// Which logits a lane wants back from a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Logits {

@@ -1,15 +1,8 @@
 //! One sequence driven through the engine's batched forward: chunked prefill, then decode.
 
-use crate::boundary::{Engine, EngineError, KvPool, LaneRows, LaneStep, Logits};
+use crate::boundary::{Engine, EngineError, FinishReason, KvPool, LaneRows, LaneStep, Logits};
 
 use tensorfold_kernels::sampling::{sample, SamplingParams};
-
-/// Why a sequence ended, as the API reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Finish {
-    Stop,
-    Length,
-}
 
 /// Positions per KV page.
 pub const PAGE_TOKENS: usize = 16;
@@ -86,18 +79,18 @@ impl<E: Engine> Sequence<E> {
         params: &SamplingParams,
         stop_ids: &[u32],
         mut on_token: impl FnMut(u32) -> bool,
-    ) -> Result<Finish, EngineError> {
+    ) -> Result<FinishReason, EngineError> {
         let mut logits = self.extend(prompt, 256, Logits::Last)?;
         for _ in 0..max_tokens {
             let tok = sample(&logits, params, &self.tokens, self.tokens.len() as u64);
             if stop_ids.contains(&tok) || !on_token(tok) {
-                return Ok(Finish::Stop);
+                return Ok(FinishReason::Stop);
             }
             if self.tokens.len() + 1 > self.capacity() {
-                return Ok(Finish::Length);
+                return Ok(FinishReason::Length);
             }
             logits = self.extend(&[tok], 1, Logits::Last)?;
         }
-        Ok(Finish::Length)
+        Ok(FinishReason::Length)
     }
 }

@@ -5,16 +5,16 @@
 use tensorfold_engine::boundary::EngineError;
 
 use super::schedule::Schedule;
-use crate::memory::kv::PagePool;
+use crate::memory::kv::KvPages;
 use crate::metrics::Metrics;
 use crate::outbox::Outbox;
 use crate::round::{RoundOutput, RoundPlan};
 use crate::runner::EngineRunner;
 
-/// What every book reads while it admits, plans and applies: the models' page pools, the limits, the engine
+/// What every book reads while it admits, plans and applies: each model's KV pages, the limits, the engine
 /// thread's step costs, and the metrics.
 pub struct Room<'a> {
-    pub pages: &'a [PagePool],
+    pub pages: &'a [KvPages],
     pub schedule: &'a Schedule,
     pub runner: &'a EngineRunner,
     pub metrics: &'a Metrics,

@@ -17,12 +17,12 @@ use crate::round::{PlannedLane, RoundOutput, RoundPlan};
 
 /// The running mean of a lane's hidden rows, in f64.
 #[derive(Clone, Debug, Default)]
-pub struct MeanPool {
+pub struct RunningMean {
     sum: Vec<f64>,
     num_rows: usize,
 }
 
-impl MeanPool {
+impl RunningMean {
     /// Adds `rows` of `width` values each, in position order after the rows added before.
     pub fn add(&mut self, rows: &[f32], width: usize) {
         if self.sum.is_empty() {
@@ -52,7 +52,7 @@ struct EmbedLane {
     lease: Lease,
     /// Prompt positions planned so far, the round in flight's included.
     num_planned: usize,
-    pooled: MeanPool,
+    pooled: RunningMean,
 }
 
 /// The embedding lanes and their queue.
@@ -106,7 +106,7 @@ impl LaneBook for EmbedBook {
         // Never from the prefix cache: a resumed prompt would skip rows the mean needs.
         let Some(lease) = room.pages[next.model].admit(next.prompt.len(), None) else { return false };
         let request = self.waiting.pop_front().expect("front exists");
-        self.lanes.push(EmbedLane { request, lease, num_planned: 0, pooled: MeanPool::default() });
+        self.lanes.push(EmbedLane { request, lease, num_planned: 0, pooled: RunningMean::default() });
         true
     }
 
@@ -163,11 +163,11 @@ impl LaneBook for EmbedBook {
 
 #[cfg(test)]
 mod tests {
-    use super::MeanPool;
+    use super::RunningMean;
 
     #[test]
     fn test_mean_pool_is_the_unit_mean_of_the_rows() {
-        let mut pool = MeanPool::default();
+        let mut pool = RunningMean::default();
         pool.add(&[1.0, 2.0, 3.0, 6.0], 2);
         pool.add(&[2.0, 4.0], 2);
         assert_eq!(pool.num_rows(), 3);
@@ -180,10 +180,10 @@ mod tests {
     #[test]
     fn test_mean_pool_does_not_depend_on_the_chunking() {
         let rows: Vec<f32> = (0..40).map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.31).collect();
-        let mut whole = MeanPool::default();
+        let mut whole = RunningMean::default();
         whole.add(&rows, 4);
         for chunk in [1, 2, 3, 7] {
-            let mut parts = MeanPool::default();
+            let mut parts = RunningMean::default();
             rows.chunks(chunk * 4).for_each(|c| parts.add(c, 4));
             assert_eq!(parts.finish(), whole.finish(), "chunks of {chunk} rows");
         }
@@ -191,7 +191,7 @@ mod tests {
 
     #[test]
     fn test_mean_pool_of_zero_rows_is_zero_not_nan() {
-        let mut pool = MeanPool::default();
+        let mut pool = RunningMean::default();
         pool.add(&[0.0, 0.0], 2);
         assert_eq!(pool.finish(), vec![0.0, 0.0]);
     }

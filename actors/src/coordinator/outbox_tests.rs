@@ -9,7 +9,7 @@ use actix::prelude::*;
 use tensorfold_engine::boundary::{EngineError, VoiceInput, VoiceState};
 
 use super::{Coordinator, Drafting, Schedule};
-use crate::memory::kv::PagePool;
+use crate::memory::kv::KvPages;
 use crate::messages::{EnqueueEmbed, EnqueueVoice};
 use crate::messages::{LaneEmbedding, VoiceAudio};
 use crate::metrics::Metrics;
@@ -50,7 +50,7 @@ impl VoiceState for Done {
 async fn test_voice_and_embedding_replies_reach_requests_only_when_the_outbox_is_sent() {
     let runner = EngineRunner::spawn(Vec::new(), 0).unwrap();
     let schedule = Schedule { round_tokens: 8, parallel: 4, max_waiting: 8, drafting: Drafting::OFF };
-    let pages = vec![PagePool::new(16, 4, 0)];
+    let pages = vec![KvPages::new(16, 4, 0)];
     let mut c = Coordinator::new(runner, pages, vec![None], schedule, Arc::new(Metrics::default()));
     let heard = Arc::new(AtomicUsize::new(0));
     let request = {

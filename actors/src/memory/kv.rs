@@ -65,15 +65,16 @@ fn free_idle(dropped: &[(u32, bool)], free: &mut Vec<u32>) {
     free.extend(dropped.iter().filter(|(_, idle)| *idle).map(|(p, _)| *p));
 }
 
-/// The coordinator's view of the KV pool: room, not page contents.
-pub struct PagePool {
+/// A model's KV pages as the coordinator counts them (free, leased, cached): room, not the contents, which the
+/// engine's `KvPool` holds.
+pub struct KvPages {
     book: Rc<RefCell<PageBook>>,
     page_tokens: usize,
 }
 
-impl PagePool {
-    /// A pool of `num_pages` pages whose prefix cache may hold up to `cache_tokens` positions (0: no cache).
-    pub fn new(num_pages: usize, page_tokens: usize, cache_tokens: usize) -> PagePool {
+impl KvPages {
+    /// `num_pages` pages whose prefix cache may hold up to `cache_tokens` positions (0: no cache).
+    pub fn new(num_pages: usize, page_tokens: usize, cache_tokens: usize) -> KvPages {
         let book = PageBook {
             free: (0..num_pages as u32).rev().collect(),
             reserved: 0,
@@ -81,7 +82,7 @@ impl PagePool {
             refs: vec![0; num_pages],
             cache: PrefixIndex::new((cache_tokens / page_tokens).min(num_pages), page_tokens),
         };
-        PagePool { book: Rc::new(RefCell::new(book)), page_tokens }
+        KvPages { book: Rc::new(RefCell::new(book)), page_tokens }
     }
 
     pub fn pages_for(&self, num_tokens: usize) -> usize {
@@ -98,7 +99,7 @@ impl PagePool {
         b.total - b.free.len() - b.cache.num_idle()
     }
 
-    /// Whether the pool keeps a prefix cache.
+    /// Whether the pages keep a prefix cache.
     pub fn caches(&self) -> bool {
         self.book.borrow().cache.budget() > 0
     }

@@ -3,13 +3,13 @@
 use super::*;
 
 /// Free pages plus idle cached ones: what leases do not hold.
-fn unheld(pool: &PagePool) -> usize {
+fn unheld(pool: &KvPages) -> usize {
     let b = pool.book.borrow();
     b.free.len() + b.cache.num_idle()
 }
 
 /// A lease of `prompt` plus `more` positions, its prompt's KV computed and cached.
-fn run_prompt(pool: &PagePool, prompt: &[u32], more: usize) -> Lease {
+fn run_prompt(pool: &KvPages, prompt: &[u32], more: usize) -> Lease {
     let mut lease = pool.admit(prompt.len() + more, Some(prompt)).expect("room");
     lease.grow_to(prompt.len());
     lease.cache_prompt(prompt);
@@ -17,7 +17,7 @@ fn run_prompt(pool: &PagePool, prompt: &[u32], more: usize) -> Lease {
 }
 
 /// Every page is free, cached and idle, or held, exactly one of them; the reservations fit in what is not held.
-fn check(pool: &PagePool) {
+fn check(pool: &KvPages) {
     let b = pool.book.borrow();
     for page in 0..b.total as u32 {
         let free = b.free.contains(&page);
@@ -35,7 +35,7 @@ fn ids(range: std::ops::Range<u32>) -> Vec<u32> {
 
 #[test]
 fn test_admission_reserves_and_drop_returns_everything() {
-    let pool = PagePool::new(10, 16, 0);
+    let pool = KvPages::new(10, 16, 0);
     let mut a = pool.admit(100, None).unwrap();
     assert!(pool.admit(80, None).is_none(), "7 pages are promised to the first lease");
     a.grow_to(17);
@@ -51,7 +51,7 @@ fn test_admission_reserves_and_drop_returns_everything() {
 
 #[test]
 fn test_pages_of_live_leases_are_distinct() {
-    let pool = PagePool::new(8, 4, 0);
+    let pool = KvPages::new(8, 4, 0);
     let mut leases: Vec<Lease> = (0..4).map(|_| pool.admit(8, None).unwrap()).collect();
     for (i, l) in leases.iter_mut().enumerate() {
         l.grow_to(1 + i * 2);
@@ -66,13 +66,13 @@ fn test_pages_of_live_leases_are_distinct() {
 #[test]
 #[should_panic(expected = "past its reservation")]
 fn test_growing_past_the_reservation_is_a_bug() {
-    let pool = PagePool::new(8, 4, 0);
+    let pool = KvPages::new(8, 4, 0);
     pool.admit(8, None).unwrap().grow_to(9);
 }
 
 #[test]
 fn test_a_prompt_resumes_from_the_cached_full_pages_of_its_longest_cached_prefix() {
-    let pool = PagePool::new(16, 4, 64);
+    let pool = KvPages::new(16, 4, 64);
     let prompt = ids(0..10);
     let first = run_prompt(&pool, &prompt, 4);
     assert_eq!((first.cached(), pool.num_cached()), (0, 3), "two full pages and the last two ids");
@@ -97,7 +97,7 @@ fn test_a_prompt_resumes_from_the_cached_full_pages_of_its_longest_cached_prefix
 #[test]
 fn test_a_repeated_prompt_resumes_all_but_its_last_position() {
     for len in [3, 4, 9, 10, 12] {
-        let pool = PagePool::new(16, 4, 64);
+        let pool = KvPages::new(16, 4, 64);
         let prompt = ids(0..len);
         let first = run_prompt(&pool, &prompt, 4);
         let pages = first.pages().to_vec();
@@ -115,7 +115,7 @@ fn test_a_repeated_prompt_resumes_all_but_its_last_position() {
 
 #[test]
 fn test_a_cached_partial_page_goes_to_one_lease_at_a_time() {
-    let pool = PagePool::new(16, 4, 64);
+    let pool = KvPages::new(16, 4, 64);
     let prompt = ids(0..10);
     let first = run_prompt(&pool, &prompt, 4);
     let partial = first.pages()[2];
@@ -137,7 +137,7 @@ fn test_a_cached_partial_page_goes_to_one_lease_at_a_time() {
 
 #[test]
 fn test_a_lease_that_leaves_a_cached_partial_page_early_keeps_only_the_ids_they_share() {
-    let pool = PagePool::new(16, 4, 64);
+    let pool = KvPages::new(16, 4, 64);
     let x = ids(0..11);
     drop(run_prompt(&pool, &x, 0));
     let mut y = x[..9].to_vec();
@@ -156,7 +156,7 @@ fn test_a_lease_that_leaves_a_cached_partial_page_early_keeps_only_the_ids_they_
 
 #[test]
 fn test_a_partial_page_extended_past_its_end_is_cached_as_a_full_page() {
-    let pool = PagePool::new(16, 4, 64);
+    let pool = KvPages::new(16, 4, 64);
     let long = ids(0..14);
     drop(run_prompt(&pool, &long[..6], 0));
     let lease = run_prompt(&pool, &long, 0);
@@ -170,7 +170,7 @@ fn test_a_partial_page_extended_past_its_end_is_cached_as_a_full_page() {
 
 #[test]
 fn test_cached_partial_pages_are_taken_back_and_returned_like_full_ones() {
-    let pool = PagePool::new(6, 4, 24);
+    let pool = KvPages::new(6, 4, 24);
     let prompt = ids(0..10);
     drop(run_prompt(&pool, &prompt, 0));
     // Taken, then dropped before its prompt is computed: the page is idle and cached again.
@@ -188,7 +188,7 @@ fn test_cached_partial_pages_are_taken_back_and_returned_like_full_ones() {
 
 #[test]
 fn test_pages_shared_by_leases_are_held_once_and_return_to_the_cache() {
-    let pool = PagePool::new(16, 4, 64);
+    let pool = KvPages::new(16, 4, 64);
     let prompt = ids(0..9);
     drop(run_prompt(&pool, &prompt, 0));
     let mut a = pool.admit(13, Some(&prompt)).unwrap();
@@ -206,7 +206,7 @@ fn test_pages_shared_by_leases_are_held_once_and_return_to_the_cache() {
 
 #[test]
 fn test_admission_takes_back_idle_cached_pages_least_recently_used_first() {
-    let pool = PagePool::new(8, 4, 32);
+    let pool = KvPages::new(8, 4, 32);
     let (a, b) = (ids(0..9), ids(100..109));
     drop(run_prompt(&pool, &a, 0));
     drop(run_prompt(&pool, &b, 0));
@@ -222,7 +222,7 @@ fn test_admission_takes_back_idle_cached_pages_least_recently_used_first() {
 
 #[test]
 fn test_pages_a_lease_holds_are_never_taken_back() {
-    let pool = PagePool::new(8, 4, 32);
+    let pool = KvPages::new(8, 4, 32);
     let prompt = ids(0..9);
     let held = run_prompt(&pool, &prompt, 0);
     assert!(pool.admit(24, None).is_none(), "five pages are free, three are held");
@@ -233,7 +233,7 @@ fn test_pages_a_lease_holds_are_never_taken_back() {
 
 #[test]
 fn test_taking_back_a_page_takes_back_the_pages_cached_below_it() {
-    let pool = PagePool::new(6, 4, 24);
+    let pool = KvPages::new(6, 4, 24);
     let prompt = ids(0..13);
     drop(run_prompt(&pool, &prompt, 0));
     assert_eq!(pool.num_cached(), 4);
@@ -250,20 +250,20 @@ fn test_taking_back_a_page_takes_back_the_pages_cached_below_it() {
 
 #[test]
 fn test_the_cache_holds_at_most_its_budget() {
-    let pool = PagePool::new(16, 4, 8);
+    let pool = KvPages::new(16, 4, 8);
     for base in [0, 100, 200] {
         drop(run_prompt(&pool, &ids(base..base + 9), 0));
         assert!(pool.num_cached() <= 2);
     }
     assert_eq!(pool.admit(9, Some(&ids(200..209))).unwrap().cached(), 8, "the newest prompt stayed");
-    let pool = PagePool::new(16, 4, 0);
+    let pool = KvPages::new(16, 4, 0);
     drop(run_prompt(&pool, &ids(0..9), 0));
     assert_eq!(pool.num_cached(), 0, "no budget, no cache");
 }
 
 #[test]
 fn test_clearing_the_cache_frees_idle_pages_and_leaves_held_ones_to_their_leases() {
-    let pool = PagePool::new(8, 4, 32);
+    let pool = KvPages::new(8, 4, 32);
     drop(run_prompt(&pool, &ids(0..9), 0));
     let held = run_prompt(&pool, &ids(100..109), 0);
     pool.clear_cache();
@@ -275,7 +275,7 @@ fn test_clearing_the_cache_frees_idle_pages_and_leaves_held_ones_to_their_leases
 
 #[test]
 fn test_a_storm_of_leases_sharing_prefixes_leaves_every_page_accounted() {
-    let pool = PagePool::new(64, 4, 128);
+    let pool = KvPages::new(64, 4, 128);
     let mut seed = 7u64;
     let mut next = |n: u64| {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);

@@ -11,8 +11,9 @@ use tensorfold_kernels::sampling::SamplingParams;
 pub mod cuda;
 pub mod stream;
 
+use crate::boundary::FinishReason;
 use crate::error::LoadError;
-use crate::generate::{Finish, Sequence};
+use crate::generate::Sequence;
 use crate::llama::Llama;
 use crate::speech::voices::{UnknownVoice, Voice, Voices};
 use crate::text::tokenizer::{TokenizeError, Tokenizer};
@@ -315,7 +316,7 @@ impl FrameCodes {
 pub struct Synthesis {
     /// Generated tokens, without the stop token.
     pub tokens: Vec<u32>,
-    pub finish: Finish,
+    pub finish: FinishReason,
     pub frames: FrameCodes,
     pub num_dropped_frames: usize,
     /// Mono samples at the codec's rate.
