@@ -126,7 +126,7 @@ fn test_bad_embedding_requests_are_400s_naming_the_field() {
     assert_eq!(param(no_input, 400), "input");
     let get = server.get(EMBEDDINGS);
     assert_eq!(get.status, 405, "{}", get.text());
-    // The default voice is a speech model: it cannot embed.
+    // The default voice is a speech model: it cannot embed, nor write text, on any text route alike.
     let models = server.get("/v1/models").json();
     let voice = models["data"]
         .as_array()
@@ -134,10 +134,17 @@ fn test_bad_embedding_requests_are_400s_naming_the_field() {
         .iter()
         .map(|m| m["id"].as_str().unwrap().to_string())
         .find(|id| *id != server.model);
-    if let Some(voice) = voice {
-        let response = server.post_json(EMBEDDINGS, &json!({"model": voice, "input": "hello"}));
-        assert_eq!(response.status, 400, "{}", response.text());
-        assert_eq!(response.json()["error"]["code"], "model_not_supported");
-        assert!(response.json()["error"]["message"].as_str().unwrap().contains("runs speech"));
+    let voice = voice.expect("the default voice is served beside the text model");
+    let chat = json!({"model": voice, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2});
+    let completion = json!({"model": voice, "prompt": "hello", "max_tokens": 2});
+    let embedding = json!({"model": voice, "input": "hello"});
+    for (route, body) in [(EMBEDDINGS, embedding), ("/v1/chat/completions", chat), ("/v1/completions", completion)] {
+        let response = server.post_json(route, &body);
+        assert_eq!(response.status, 400, "{route}: {}", response.text());
+        assert_eq!(response.json()["error"]["code"], "model_not_supported", "{route}");
+        assert!(response.json()["error"]["message"].as_str().unwrap().contains("runs speech"), "{route}");
     }
+    // No name, or any other, stands for the text model on every text route.
+    let unnamed = server.post_json(EMBEDDINGS, &json!({"input": "hello"}));
+    assert_eq!(unnamed.status, 200, "{}", unnamed.text());
 }

@@ -5,7 +5,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use base64::Engine as _;
 use serde::Serialize;
 use serde_json::Value;
-use tensorfold_actors::request_types::{EmbedWork, Event, SubmitError, ValidRequest, Work};
+use tensorfold_actors::request_types::{EmbedWork, Event, ValidRequest, Work};
 
 use super::error::ApiError;
 use super::openai::Fields;
@@ -33,7 +33,7 @@ pub enum EncodingFormat {
 /// An embeddings request once every field is checked.
 #[derive(Debug, PartialEq)]
 pub struct EmbeddingRequest {
-    pub model: String,
+    pub model: Option<String>,
     pub inputs: Vec<EmbeddingInput>,
     pub format: EncodingFormat,
     /// Must equal the model's hidden size: vectors are not truncated.
@@ -45,7 +45,7 @@ pub struct EmbeddingRequest {
 impl EmbeddingRequest {
     pub fn from_json(body: &[u8]) -> Result<EmbeddingRequest, ApiError> {
         let mut fields = Fields::parse(body)?;
-        let model: String = fields.required_as("model")?;
+        let model = fields.take("model")?;
         let inputs = parse_inputs(fields.required("input")?)?;
         let format = match fields.take::<String>("encoding_format")?.as_deref() {
             None | Some("float") => EncodingFormat::Float,
@@ -177,10 +177,7 @@ pub(super) async fn embeddings<B: Backend>(
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload, limit.0).await?;
     let request = EmbeddingRequest::from_json(&body)?;
-    // Any other name stands for the text model, as on the chat routes; a speech model cannot embed.
-    if request.model != state.model_name && state.speakers.names().any(|name| name == request.model) {
-        return Err(SubmitError::WrongKind { model: request.model, runs: "speech" }.into());
-    }
+    state.text_model_for(request.model.as_deref())?;
     let (tokenizer, context) = (state.tokenizer.clone(), state.runtime.limits(&state.model_name).context);
     let inputs = request.inputs;
     let prompts = web::block(move || tokenize(inputs, &tokenizer, context))
@@ -252,7 +249,7 @@ mod tests {
         let format = body(serde_json::json!({"encoding_format": "int8"}));
         assert_eq!(param(parse(format)).as_deref(), Some("encoding_format"));
         assert_eq!(param(parse(body(serde_json::json!({"dimensions": 0})))).as_deref(), Some("dimensions"));
-        assert_eq!(param(parse(serde_json::json!({"input": "a"}))).as_deref(), Some("model"));
+        assert!(parse(serde_json::json!({"input": "a"})).is_ok(), "no model stands for the text model");
         assert_eq!(param(parse(serde_json::json!({"model": "m"}))).as_deref(), Some("input"));
     }
 

@@ -86,6 +86,17 @@ impl<B: Backend> AppState<B> {
         let grammars = Grammars::new(Arc::clone(&tokenizer));
         AppState { runtime, tokenizer, model_name, api_key, created: unix_now(), speakers: Arc::default(), grammars }
     }
+
+    /// The one rule of `model` on the text routes (chat, completions, embeddings): any name, or none, stands for
+    /// the text model this server runs, and replies carry its name; a speech model's name is refused.
+    pub fn text_model_for(&self, requested: Option<&str>) -> Result<&str, SubmitError> {
+        match requested {
+            Some(name) if name != self.model_name && self.speakers.names().any(|s| s == name) => {
+                Err(SubmitError::WrongKind { model: name.to_string(), runs: "speech" })
+            }
+            _ => Ok(&self.model_name),
+        }
+    }
 }
 
 /// Where and how to listen.

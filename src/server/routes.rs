@@ -227,6 +227,7 @@ async fn chat_completions<B: Backend>(
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload, limit.0).await?;
     let request = ChatCompletionRequest::from_json(&body)?;
+    state.text_model_for(request.common.model.as_deref())?;
     let model = text_model(&state);
     let valid = validate_off_thread(move || validate_chat(request, &model)).await?;
     generate(&state, Kind::Chat, valid).await
@@ -240,6 +241,7 @@ async fn completions<B: Backend>(
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload, limit.0).await?;
     let request = CompletionRequest::from_json(&body)?;
+    state.text_model_for(request.common.model.as_deref())?;
     let model = text_model(&state);
     let valid = validate_off_thread(move || validate_completion(request, &model)).await?;
     generate(&state, Kind::Completion, valid).await
