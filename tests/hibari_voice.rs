@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use common::events::drain;
 use futures_util::future::join_all;
-use tensorfold::server::validate::TokenizerDecoder;
+use tensorfold::server::text::validate::TokenizerDecoder;
 use tensorfold_actors::coordinator::{Drafting, Schedule};
 use tensorfold_actors::request_types::{Output, TokenWork, ValidRequest, VoiceInput, Work};
 use tensorfold_actors::runtime::{ModelKind, ModelSpec, Runtime, RuntimeConfig};

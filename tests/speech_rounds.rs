@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::events::drain;
 use futures_util::future::join_all;
-use tensorfold::server::validate::TokenizerDecoder;
+use tensorfold::server::text::validate::TokenizerDecoder;
 use tensorfold::wiring::drama_spec;
 use tensorfold_actors::coordinator::{Drafting, Schedule};
 use tensorfold_actors::request_types::{Output, TokenWork, ValidRequest, Work};

@@ -13,7 +13,7 @@ use tensorfold_engine::llama::cuda::Sizing;
 use tensorfold_engine::sampling::SamplingParams;
 use tensorfold_engine::text::chat::{render_chat, ChatMessage};
 
-use crate::server::validate::TokenizerDecoder;
+use crate::server::text::validate::TokenizerDecoder;
 use crate::settings::cli::MODEL;
 use crate::settings::{Settings, TableArgs};
 use crate::wiring::{load, start_runtime};

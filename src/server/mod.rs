@@ -1,20 +1,14 @@
 //! The OpenAI-compatible HTTP layer; the only part of tensorfold that knows actix-web.
 
-pub mod embeddings;
+pub mod body;
 pub mod error;
-pub mod openai;
 pub mod openapi;
-pub mod reply;
-pub mod responses;
 pub mod routes;
 #[cfg(test)]
 mod routes_tests;
-pub mod rules;
 pub mod speech;
-pub mod sse;
 pub mod starting;
-pub mod tools;
-pub mod validate;
+pub mod text;
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};

@@ -2,33 +2,18 @@
 
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Extensions, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::http::header;
 use actix_web::middleware::{from_fn, Next};
 use actix_web::{web, App, HttpRequest, HttpResponse, ResponseError};
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
-use tensorfold_actors::request_types::{ValidRequest, Work};
 
+use super::body::BodyLimit;
 use super::error::ApiError;
-use super::openai::{ChatCompletionRequest, CompletionRequest, ModelCard, ModelList};
-use super::reply::{collect, Collector, Kind, ReplyMeta};
-use super::sse::{event_stream, ChunkWriter};
-use super::validate::{validate_chat, validate_completion, TextModel, Validated};
-use super::{unix_now, AppState, Backend};
-
-/// Request bodies larger than this get a 413.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct BodyLimit(pub usize);
-
-/// Most time a request body may take to arrive before it gets a 408; without one registered, `BODY_TIMEOUT`.
-#[derive(Clone, Copy, Debug)]
-pub struct BodyTimeout(pub Duration);
-
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+use super::text::openai::{ModelCard, ModelList};
+use super::text::routes::{chat_completions, completions};
+use super::{AppState, Backend};
 
 /// The key requests must present, if any.
 struct RequiredKey(Option<String>);
@@ -138,7 +123,7 @@ pub fn configure<B: Backend>(cfg: &mut web::ServiceConfig) {
     )
     .service(
         web::resource("/v1/embeddings")
-            .route(web::post().to(super::embeddings::embeddings::<B>))
+            .route(web::post().to(super::text::embeddings::embeddings::<B>))
             .default_service(web::to(only("POST"))),
     )
     .service(
@@ -188,99 +173,6 @@ fn bearer_matches(headers: &header::HeaderMap, expected: &str) -> bool {
 fn same_key(given: &str, expected: &str) -> bool {
     let (given, expected) = (given.as_bytes(), expected.as_bytes());
     given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
-}
-
-/// The body, refused with a 413 as soon as it is known to pass the limit.
-pub(super) async fn read_body(req: &HttpRequest, mut payload: web::Payload, limit: usize) -> Result<Bytes, ApiError> {
-    let declared =
-        req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(ApiError::BodyTooLarge { limit });
-    }
-    let after = req.app_data::<web::Data<BodyTimeout>>().map_or(BODY_TIMEOUT, |t| t.0);
-    let read = async {
-        let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
-        while let Some(chunk) = payload.next().await {
-            let chunk = chunk.map_err(|e| ApiError::invalid_body(format!("reading the request body: {e}")))?;
-            if body.len() + chunk.len() > limit {
-                return Err(ApiError::BodyTooLarge { limit });
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body.freeze())
-    };
-    actix_web::rt::time::timeout(after, read).await.map_err(|_| ApiError::BodyTimeout { after })?
-}
-
-/// Runs validation off the worker thread: rendering and tokenizing a long prompt is CPU work.
-async fn validate_off_thread(
-    validate: impl FnOnce() -> Result<Validated, ApiError> + Send + 'static,
-) -> Result<Validated, ApiError> {
-    web::block(validate).await.map_err(|e| ApiError::Internal(format!("validating the request: {e}")))?
-}
-
-async fn chat_completions<B: Backend>(
-    state: web::Data<AppState<B>>,
-    limit: web::Data<BodyLimit>,
-    req: HttpRequest,
-    payload: web::Payload,
-) -> Result<HttpResponse, ApiError> {
-    let body = read_body(&req, payload, limit.0).await?;
-    let request = ChatCompletionRequest::from_json(&body)?;
-    state.text_model_for(request.common.model.as_deref())?;
-    let model = text_model(&state);
-    let valid = validate_off_thread(move || validate_chat(request, &model)).await?;
-    generate(&state, Kind::Chat, valid).await
-}
-
-async fn completions<B: Backend>(
-    state: web::Data<AppState<B>>,
-    limit: web::Data<BodyLimit>,
-    req: HttpRequest,
-    payload: web::Payload,
-) -> Result<HttpResponse, ApiError> {
-    let body = read_body(&req, payload, limit.0).await?;
-    let request = CompletionRequest::from_json(&body)?;
-    state.text_model_for(request.common.model.as_deref())?;
-    let model = text_model(&state);
-    let valid = validate_off_thread(move || validate_completion(request, &model)).await?;
-    generate(&state, Kind::Completion, valid).await
-}
-
-fn text_model<B: Backend>(state: &AppState<B>) -> TextModel {
-    TextModel {
-        tokenizer: state.tokenizer.clone(),
-        grammars: state.grammars.clone(),
-        context: state.runtime.limits(&state.model_name).context,
-    }
-}
-
-/// Submits every choice's lane, then streams or collects them as one reply.
-async fn generate<B: Backend>(state: &AppState<B>, kind: Kind, valid: Validated) -> Result<HttpResponse, ApiError> {
-    let Validated { lanes, prefixes, reply } = valid;
-    let mut receivers = Vec::with_capacity(lanes.len());
-    for work in lanes {
-        // A refusal drops the lanes already submitted, which cancels them.
-        let request = ValidRequest { model: state.model_name.clone(), work: Work::Tokens(work) };
-        receivers.push(state.runtime.submit(request).await?);
-    }
-    let meta = ReplyMeta::new(kind, &state.model_name, unix_now());
-    if reply.stream {
-        let writer = ChunkWriter::new(meta, reply, state.tokenizer.clone(), prefixes);
-        return Ok(HttpResponse::Ok()
-            .content_type("text/event-stream")
-            .insert_header((header::CACHE_CONTROL, "no-cache"))
-            // Proxies such as nginx would otherwise hold chunks back.
-            .insert_header(("X-Accel-Buffering", "no"))
-            .streaming(event_stream(receivers, writer)));
-    }
-    let lanes = receivers
-        .into_iter()
-        .zip(prefixes)
-        .map(|(events, prefix)| (events, Collector::new(kind, reply, state.tokenizer.clone(), prefix)))
-        .collect();
-    let body = collect(lanes, &meta, reply.n).await?;
-    Ok(HttpResponse::Ok().json(body))
 }
 
 /// The text model first, then each speaker of `/v1/audio/speech`, each name once.

@@ -12,7 +12,8 @@ use actix_web::{web, HttpServer};
 use tensorfold_actors::runtime::Runtime;
 use tokio::sync::oneshot;
 
-use super::routes::{app_over, BodyTimeout, Slot};
+use super::body::BodyTimeout;
+use super::routes::{app_over, Slot};
 use super::{AppState, ServeConfig};
 
 /// How long a stopping server waits, past the drain, for replies that are still being written.

@@ -10,9 +10,9 @@ use tensorfold_actors::request_types::{ValidRequest, Work};
 pub use tensorfold_audio::encode::AudioFormat;
 use tensorfold_audio::encode::Encoder;
 
+use super::body::{read_body, BodyLimit};
 use super::error::ApiError;
-use super::openai::Fields;
-use super::routes::{read_body, BodyLimit};
+use super::text::openai::Fields;
 use super::{random_u64, AppState, Backend};
 pub use stream::{audio_stream, sse_stream};
 use tensorfold_engine::boundary::TokenWork;

@@ -7,10 +7,10 @@ use serde::Serialize;
 use serde_json::Value;
 use tensorfold_actors::request_types::{EmbedWork, Event, ValidRequest, Work};
 
-use super::error::ApiError;
 use super::openai::Fields;
-use super::routes::{read_body, BodyLimit};
-use super::{AppState, Backend};
+use crate::server::body::{read_body, BodyLimit};
+use crate::server::error::ApiError;
+use crate::server::{AppState, Backend};
 use tensorfold_engine::text::tokenizer::Tokenizer;
 
 /// Most inputs one request may embed.
@@ -169,7 +169,7 @@ fn encode(vector: Vec<f32>, format: EncodingFormat) -> Vector {
     }
 }
 
-pub(super) async fn embeddings<B: Backend>(
+pub(in crate::server) async fn embeddings<B: Backend>(
     state: web::Data<AppState<B>>,
     limit: web::Data<BodyLimit>,
     req: HttpRequest,

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use tensorfold_engine::boundary::{Output, TextDecoder, TokenWork};
 
-use super::error::ApiError;
 use super::openai::{ChatCompletionRequest, CommonParams, CompletionRequest, Prompt, ResponseFormat};
 use super::rules::{constraint, logit_rules};
 use super::tools::ToolSetup;
+use crate::server::error::ApiError;
 use tensorfold_engine::sampling::SamplingParams;
 use tensorfold_engine::text::chat::{render_chat_with_tools, ChatError};
 use tensorfold_engine::text::grammar::Grammars;
@@ -292,7 +292,7 @@ fn sampling(common: &CommonParams) -> Result<SamplingParams, ApiError> {
 /// The request's seed (negative ones wrap, as OpenAI accepts any integer), or a fresh one.
 fn seed(seed: Option<&serde_json::Number>) -> Result<u64, ApiError> {
     match seed {
-        None => Ok(super::random_u64()),
+        None => Ok(crate::server::random_u64()),
         Some(n) => n
             .as_u64()
             .or_else(|| n.as_i64().map(|v| v as u64))
@@ -302,8 +302,8 @@ fn seed(seed: Option<&serde_json::Number>) -> Result<u64, ApiError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::tokenizer;
     use super::*;
+    use crate::server::test_support::tokenizer;
 
     const CONTEXT: usize = 32;
 

@@ -9,13 +9,13 @@ use serde::Serialize;
 use tensorfold_actors::request_types::{Event, FinishReason, TokenLogprob, Usage};
 use tokio::sync::mpsc;
 
-use super::error::ApiError;
 use super::openai::{
     ChatChunkChoice, ChatCompletionChunk, ChatLogprobs, ChunkUsage, CompletionChoice, CompletionLogprobs, Delta,
 };
 use super::reply::{merged_usage, Kind, LogprobText, ReplyMeta, ENDED_EARLY};
 use super::tools::{tool_deltas, tool_finish_reason, StreamPart, ToolStream};
 use super::validate::ReplyOptions;
+use crate::server::error::ApiError;
 use tensorfold_engine::text::tokenizer::Tokenizer;
 
 pub const DONE: &str = "data: [DONE]\n\n";
@@ -243,8 +243,8 @@ pub fn event_stream(
 mod tests {
     use futures_util::StreamExt;
 
-    use super::super::test_support::tokenizer;
     use super::*;
+    use crate::server::test_support::tokenizer;
     use tensorfold_actors::request_types::EngineError;
 
     fn writer(kind: Kind, include_usage: bool, logprobs: bool) -> ChunkWriter {

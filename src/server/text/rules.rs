@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 use tensorfold_engine::boundary::{Constraint, LogitRules};
 use tensorfold_engine::text::grammar::{GrammarSpec, Grammars};
 
-use super::error::ApiError;
+use crate::server::error::ApiError;
 
 /// Most `logit_bias` entries one request may carry, as OpenAI allows.
 const MAX_LOGIT_BIAS: usize = 300;

@@ -3,10 +3,10 @@
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::error::ApiError;
 pub use super::responses::*;
 pub use super::rules::ResponseFormat;
 use super::tools::{parse_message_calls, parse_tools, ToolRequest};
+use crate::server::error::ApiError;
 use tensorfold_engine::text::chat::ToolCall;
 
 /// Fields both endpoints share; absent and `null` are both `None`.
@@ -104,10 +104,10 @@ pub struct CompletionRequest {
 }
 
 /// A JSON object whose known fields are taken one by one; the rest are ignored as OpenAI does.
-pub(super) struct Fields(Map<String, Value>);
+pub(in crate::server) struct Fields(Map<String, Value>);
 
 impl Fields {
-    pub(super) fn parse(body: &[u8]) -> Result<Fields, ApiError> {
+    pub(in crate::server) fn parse(body: &[u8]) -> Result<Fields, ApiError> {
         match serde_json::from_slice::<Value>(body) {
             Ok(Value::Object(map)) => Ok(Fields(map)),
             Ok(_) => Err(ApiError::invalid_body("the request body must be a JSON object")),
@@ -115,22 +115,22 @@ impl Fields {
         }
     }
 
-    pub(super) fn take_value(&mut self, key: &str) -> Option<Value> {
+    pub(in crate::server) fn take_value(&mut self, key: &str) -> Option<Value> {
         self.0.remove(key).filter(|v| !v.is_null())
     }
 
-    pub(super) fn take<T: DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>, ApiError> {
+    pub(in crate::server) fn take<T: DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>, ApiError> {
         self.take_value(key)
             .map(|v| serde_json::from_value(v).map_err(|e| ApiError::invalid(key, format!("'{key}': {e}"))))
             .transpose()
     }
 
-    pub(super) fn required(&mut self, key: &str) -> Result<Value, ApiError> {
+    pub(in crate::server) fn required(&mut self, key: &str) -> Result<Value, ApiError> {
         self.take_value(key).ok_or_else(|| ApiError::invalid(key, format!("'{key}' is required")))
     }
 
     /// A field that must be present, as `T`.
-    pub(super) fn required_as<T: DeserializeOwned>(&mut self, key: &str) -> Result<T, ApiError> {
+    pub(in crate::server) fn required_as<T: DeserializeOwned>(&mut self, key: &str) -> Result<T, ApiError> {
         self.take(key)?.ok_or_else(|| ApiError::invalid(key, format!("'{key}' is required")))
     }
 

@@ -6,13 +6,13 @@ use serde::Serialize;
 use tensorfold_actors::request_types::{Event, FinishReason, TokenLogprob, Usage};
 use tokio::sync::mpsc;
 
-use super::error::ApiError;
 use super::openai::{
     ChatChoice, ChatCompletion, ChatLogprobToken, ChatLogprobs, ChunkUsage, Completion, CompletionChoice,
     CompletionLogprobs, TokenMap, TopLogprob,
 };
 use super::tools::assistant_message;
 use super::validate::ReplyOptions;
+use crate::server::error::ApiError;
 use tensorfold_engine::text::tokenizer::Tokenizer;
 use tensorfold_engine::text::tool_calls::ToolFormat;
 
@@ -41,7 +41,7 @@ impl ReplyMeta {
             Kind::Chat => "chatcmpl",
             Kind::Completion => "cmpl",
         };
-        let id = format!("{prefix}-{:016x}{:016x}", super::random_u64(), super::random_u64());
+        let id = format!("{prefix}-{:016x}{:016x}", crate::server::random_u64(), crate::server::random_u64());
         ReplyMeta { id, created, model: model.to_string(), kind }
     }
 
@@ -254,8 +254,8 @@ pub async fn collect(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::tokenizer;
     use super::*;
+    use crate::server::test_support::tokenizer;
     use tensorfold_actors::request_types::EngineError;
 
     fn meta(kind: Kind) -> ReplyMeta {

@@ -9,10 +9,10 @@ use tensorfold_engine::text::tool_calls::{
     call_grammar, calls_as_text, describe_tools, CallStream, ParsedCall, Piece, ToolFormat, ToolPlan,
 };
 
-use super::error::ApiError;
 use super::openai::{
     AssistantMessage, Delta, Fields, FunctionBody, FunctionDelta, RequestMessage, Role, ToolCallBody, ToolCallDelta,
 };
+use crate::server::error::ApiError;
 
 /// OpenAI's rule for function names.
 const MAX_NAME_LEN: usize = 64;
@@ -278,7 +278,7 @@ impl ToolSetup {
 }
 
 fn call_id() -> String {
-    format!("call_{:016x}{:08x}", super::random_u64(), super::random_u64() as u32)
+    format!("call_{:016x}{:08x}", crate::server::random_u64(), crate::server::random_u64() as u32)
 }
 
 fn body(call: ParsedCall) -> ToolCallBody {
