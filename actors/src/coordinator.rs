@@ -19,6 +19,7 @@ mod book;
 pub mod draft;
 mod embeds;
 mod handlers;
+mod queue;
 mod schedule;
 mod tokens;
 mod voices;

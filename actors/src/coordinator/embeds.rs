@@ -5,11 +5,10 @@
 //! in f64 in position order, then scaled to unit L2 norm. A row's values never depend on the round it ran in or
 //! on the chunking, so neither does the vector.
 
-use std::collections::VecDeque;
-
 use tensorfold_engine::boundary::EngineError;
 
 use super::book::{LaneBook, Room};
+use super::queue::{OfLane, Queue};
 use crate::memory::kv::Lease;
 use crate::messages::{EnqueueEmbed, LaneEmbedding};
 use crate::outbox::Outbox;
@@ -55,22 +54,27 @@ struct EmbedLane {
     pooled: RunningMean,
 }
 
+impl OfLane for EmbedLane {
+    fn lane_id(&self) -> u64 {
+        self.request.lane_id
+    }
+}
+
 /// The embedding lanes and their queue.
 #[derive(Default)]
 pub struct EmbedBook {
-    waiting: VecDeque<EnqueueEmbed>,
-    lanes: Vec<EmbedLane>,
+    queue: Queue<EnqueueEmbed, EmbedLane>,
 }
 
 impl EmbedBook {
     pub fn enqueue(&mut self, request: EnqueueEmbed) {
-        self.waiting.push_back(request);
+        self.queue.waiting.push_back(request);
     }
 
     /// Pools one lane's rows of a round; a lane whose every row is pooled sends its vector and ends.
     fn pool(&mut self, lane_id: u64, rows: Vec<f32>, outbox: &mut Outbox) {
-        let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == lane_id) else { return };
-        let lane = &mut self.lanes[i];
+        let Some(i) = self.queue.position(lane_id) else { return };
+        let lane = &mut self.queue.lanes[i];
         let num_rows = lane.num_planned - lane.pooled.num_rows();
         if num_rows == 0 || rows.is_empty() || !rows.len().is_multiple_of(num_rows) {
             let why = format!("{} hidden values for {num_rows} rows", rows.len());
@@ -78,7 +82,7 @@ impl EmbedBook {
         }
         lane.pooled.add(&rows, rows.len() / num_rows);
         if lane.pooled.num_rows() == lane.request.prompt.len() {
-            let lane = self.lanes.swap_remove(i);
+            let lane = self.queue.lanes.swap_remove(i);
             if lane.request.cache {
                 lane.lease.cache_prompt(&lane.request.prompt);
             }
@@ -89,24 +93,24 @@ impl EmbedBook {
 
 impl LaneBook for EmbedBook {
     fn num_running(&self) -> usize {
-        self.lanes.len()
+        self.queue.num_running()
     }
 
     fn num_waiting(&self) -> usize {
-        self.waiting.len()
+        self.queue.num_waiting()
     }
 
     fn front_lane(&self) -> Option<u64> {
-        self.waiting.front().map(|r| r.lane_id)
+        self.queue.front_lane()
     }
 
     /// The first waiting request takes a lane when its model's pool has room for its prompt.
     fn admit_one(&mut self, room: &Room) -> bool {
-        let Some(next) = self.waiting.front() else { return false };
+        let Some(next) = self.queue.waiting.front() else { return false };
         // Never from the prefix cache: a resumed prompt would skip rows the mean needs.
         let Some(lease) = room.pages[next.model].admit(next.prompt.len(), None) else { return false };
-        let request = self.waiting.pop_front().expect("front exists");
-        self.lanes.push(EmbedLane { request, lease, num_planned: 0, pooled: RunningMean::default() });
+        let request = self.queue.waiting.pop_front().expect("front exists");
+        self.queue.lanes.push(EmbedLane { request, lease, num_planned: 0, pooled: RunningMean::default() });
         true
     }
 
@@ -114,7 +118,7 @@ impl LaneBook for EmbedBook {
     fn plan(&mut self, room: &Room, plan: &mut RoundPlan) {
         let used: usize = plan.lanes.iter().map(|l| l.tokens.len()).sum();
         let mut budget = room.schedule.round_tokens.saturating_sub(used);
-        for lane in &mut self.lanes {
+        for lane in &mut self.queue.lanes {
             let start = lane.num_planned;
             let end = (start + budget).min(lane.request.prompt.len());
             if end <= start {
@@ -142,22 +146,21 @@ impl LaneBook for EmbedBook {
     }
 
     fn release(&mut self, lane_id: u64) {
-        self.waiting.retain(|r| r.lane_id != lane_id);
-        self.lanes.retain(|l| l.request.lane_id != lane_id);
+        self.queue.release(lane_id);
     }
 
     fn fail(&mut self, lane_id: u64, why: &EngineError, outbox: &mut Outbox) {
-        if let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == lane_id) {
-            outbox.embeddings.push((self.lanes.swap_remove(i).request.to, LaneEmbedding(Err(why.clone()))));
+        if let Some(lane) = self.queue.take(lane_id) {
+            outbox.embeddings.push((lane.request.to, LaneEmbedding(Err(why.clone()))));
         }
     }
 
     fn fail_running(&mut self, why: &EngineError, outbox: &mut Outbox) {
-        outbox.embeddings.extend(self.lanes.drain(..).map(|l| (l.request.to, LaneEmbedding(Err(why.clone())))));
+        outbox.embeddings.extend(self.queue.lanes.drain(..).map(|l| (l.request.to, LaneEmbedding(Err(why.clone())))));
     }
 
     fn fail_waiting(&mut self, why: &EngineError, outbox: &mut Outbox) {
-        outbox.embeddings.extend(self.waiting.drain(..).map(|r| (r.to, LaneEmbedding(Err(why.clone())))));
+        outbox.embeddings.extend(self.queue.waiting.drain(..).map(|r| (r.to, LaneEmbedding(Err(why.clone())))));
     }
 }
 

@@ -9,6 +9,7 @@ use tensorfold_engine::boundary::{CodecJob, EngineError};
 
 use super::book::{LaneBook, Room};
 use super::draft::{self, Drafter};
+use super::queue::{OfLane, Queue};
 use crate::memory::kv::Lease;
 use crate::messages::{Enqueue, LaneFailed, LanePcm, LaneToken};
 use crate::outbox::Outbox;
@@ -43,6 +44,12 @@ struct Shadow {
     drafted_from: Option<usize>,
 }
 
+impl OfLane for Lane {
+    fn lane_id(&self) -> u64 {
+        self.request.lane_id
+    }
+}
+
 impl Lane {
     fn prompt_len(&self) -> usize {
         self.request.prompt.len()
@@ -59,8 +66,7 @@ struct Window {
 
 /// The token lanes, their queue, and the codec windows of speech lanes.
 pub struct TokenBook {
-    waiting: VecDeque<Enqueue>,
-    lanes: Vec<Lane>,
+    queue: Queue<Enqueue, Lane>,
     /// Each model's draft model, if it has one.
     drafts: Vec<Option<ModelId>>,
     /// Codec windows waiting for the next round.
@@ -72,17 +78,17 @@ pub struct TokenBook {
 impl TokenBook {
     /// `drafts` names each model's draft model.
     pub fn new(drafts: Vec<Option<ModelId>>) -> TokenBook {
-        TokenBook { waiting: VecDeque::new(), lanes: Vec::new(), drafts, codec: VecDeque::new(), decoding: Vec::new() }
+        TokenBook { queue: Queue::default(), drafts, codec: VecDeque::new(), decoding: Vec::new() }
     }
 
     pub fn enqueue(&mut self, request: Enqueue) {
-        self.waiting.push_back(request);
+        self.queue.waiting.push_back(request);
     }
 
     /// Draft models that lag their lanes take the lanes' known tokens, within a round's token budget of their own.
     fn plan_catch_ups(&mut self, room: &Room, plan: &mut RoundPlan) {
         let mut budget = room.schedule.round_tokens;
-        for lane in &mut self.lanes {
+        for lane in &mut self.queue.lanes {
             let Some(s) = lane.shadow.as_mut().filter(|s| s.drafted_from.is_none()) else { continue };
             // The last token waits for the step that drafts after it.
             let end = (s.seen + budget).min(lane.tokens.len().saturating_sub(1));
@@ -101,24 +107,24 @@ impl TokenBook {
 
 impl LaneBook for TokenBook {
     fn num_running(&self) -> usize {
-        self.lanes.len()
+        self.queue.num_running()
     }
 
     fn num_waiting(&self) -> usize {
-        self.waiting.len()
+        self.queue.num_waiting()
     }
 
     fn front_lane(&self) -> Option<u64> {
-        self.waiting.front().map(|r| r.lane_id)
+        self.queue.front_lane()
     }
 
     fn admit_one(&mut self, room: &Room) -> bool {
-        let Some(next) = self.waiting.front() else { return false };
+        let Some(next) = self.queue.waiting.front() else { return false };
         let pool = &room.pages[next.model];
         let lookup = next.cache && pool.caches();
         let prompt = lookup.then_some(&next.prompt[..]);
         let Some(lease) = pool.admit(next.prompt.len() + next.max_tokens, prompt) else { return false };
-        let request = self.waiting.pop_front().expect("front exists");
+        let request = self.queue.waiting.pop_front().expect("front exists");
         room.metrics.add_prompt(request.prompt.len());
         if lookup {
             room.metrics.add_prefix_lookup(request.prompt.len(), lease.cached());
@@ -133,7 +139,16 @@ impl LaneBook for TokenBook {
             Some(Shadow { model, lease, seen: 0, catch_up: None, drafted_from: None })
         });
         let num_generated = 0;
-        self.lanes.push(Lane { request, tokens, num_planned, num_generated, num_windows: 0, lease, drafter, shadow });
+        self.queue.lanes.push(Lane {
+            request,
+            tokens,
+            num_planned,
+            num_generated,
+            num_windows: 0,
+            lease,
+            drafter,
+            shadow,
+        });
         true
     }
 
@@ -141,10 +156,10 @@ impl LaneBook for TokenBook {
     fn plan(&mut self, room: &Room, plan: &mut RoundPlan) {
         let mut budget = room.schedule.round_tokens;
         let decoding = |l: &Lane| l.num_planned >= l.prompt_len();
-        let num_decoding = self.lanes.iter().filter(|l| decoding(l)).count();
+        let num_decoding = self.queue.lanes.iter().filter(|l| decoding(l)).count();
         let mut rows = num_decoding;
         for pass_decode in [true, false] {
-            for lane in self.lanes.iter_mut().filter(|l| decoding(l) == pass_decode) {
+            for lane in self.queue.lanes.iter_mut().filter(|l| decoding(l) == pass_decode) {
                 let start = lane.num_planned;
                 let end = (start + budget).min(lane.tokens.len());
                 if end <= start {
@@ -226,18 +241,18 @@ impl LaneBook for TokenBook {
     /// Takes the drawn tokens, grammars and drafts into the lanes, and the round's PCM to the speech lanes.
     fn apply(&mut self, room: &Room, output: &mut RoundOutput, outbox: &mut Outbox) {
         for g in std::mem::take(&mut output.grammars) {
-            if let Some(lane) = self.lanes.iter_mut().find(|l| l.request.lane_id == g.lane_id) {
+            if let Some(lane) = self.queue.lanes.iter_mut().find(|l| l.request.lane_id == g.lane_id) {
                 lane.request.constraint = Some(g.grammar);
             }
         }
         for (lane_id, drafted) in &output.drafts {
-            if let Some(lane) = self.lanes.iter_mut().find(|l| l.request.lane_id == *lane_id) {
+            if let Some(lane) = self.queue.lanes.iter_mut().find(|l| l.request.lane_id == *lane_id) {
                 lane.drafter.pending = *drafted;
             }
         }
         for s in std::mem::take(&mut output.sampled) {
-            let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == s.lane_id) else { continue };
-            let lane = &mut self.lanes[i];
+            let Some(i) = self.queue.position(s.lane_id) else { continue };
+            let lane = &mut self.queue.lanes[i];
             if lane.tokens.len() > lane.num_planned {
                 // A draft's token after the first of the round: the one before it equaled its draft.
                 lane.drafter.accepted += 1;
@@ -278,13 +293,13 @@ impl LaneBook for TokenBook {
             };
             outbox.tokens.push((lane.request.to.clone(), token));
             if finish.is_some() {
-                let mut lane = self.lanes.swap_remove(i);
+                let mut lane = self.queue.lanes.swap_remove(i);
                 // Drafts past the lane's last token were never in question: they count as neither kept nor not.
                 lane.drafter.pending = lane.drafter.pending.min(lane.drafter.accepted);
                 room.metrics.add_draft(lane.drafter.settle(room.schedule.drafting.max_wait));
             }
         }
-        for lane in &mut self.lanes {
+        for lane in &mut self.queue.lanes {
             if let Some(s) = lane.shadow.as_mut() {
                 s.seen = s.catch_up.take().unwrap_or(s.seen);
                 // The draft model took every drafted token but its last; those accepted are the lane's now.
@@ -306,21 +321,19 @@ impl LaneBook for TokenBook {
     }
 
     fn release(&mut self, lane_id: u64) {
-        self.waiting.retain(|r| r.lane_id != lane_id);
-        self.lanes.retain(|l| l.request.lane_id != lane_id);
+        self.queue.release(lane_id);
         self.codec.retain(|w| w.lane_id != lane_id);
     }
 
     fn fail(&mut self, lane_id: u64, why: &EngineError, outbox: &mut Outbox) {
-        if let Some(i) = self.lanes.iter().position(|l| l.request.lane_id == lane_id) {
-            let lane = self.lanes.swap_remove(i);
+        if let Some(lane) = self.queue.take(lane_id) {
             outbox.failed.push((lane.request.failed, LaneFailed { error: why.clone() }));
         }
     }
 
     /// Ends every running lane and every queued codec window.
     fn fail_running(&mut self, why: &EngineError, outbox: &mut Outbox) {
-        for lane in self.lanes.drain(..) {
+        for lane in self.queue.lanes.drain(..) {
             outbox.failed.push((lane.request.failed, LaneFailed { error: why.clone() }));
         }
         for to in self.decoding.drain(..).chain(self.codec.drain(..).map(|w| w.to)) {
@@ -329,7 +342,7 @@ impl LaneBook for TokenBook {
     }
 
     fn fail_waiting(&mut self, why: &EngineError, outbox: &mut Outbox) {
-        for request in self.waiting.drain(..) {
+        for request in self.queue.waiting.drain(..) {
             outbox.failed.push((request.failed, LaneFailed { error: why.clone() }));
         }
     }
