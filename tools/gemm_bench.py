@@ -41,7 +41,7 @@ SHAPES = [
 ]
 TIME_MS = [1, 4, 16, 64, 128, 256, 512, 2048, 8192]
 CHECK_MS = [1, 2, 3, 5, 8, 15, 16, 17, 31, 63, 64, 65, 127, 128, 129, 200, 255, 256, 300]
-QUICK_SHAPES = ["8B.qkv", "8B.gate_up", "8B.down", "3B.o"]
+QUICK_SHAPES = ["8B.qkv", "8B.o", "8B.gate_up", "8B.down", "3B.o"]
 QUICK_TIME_MS = [1, 16, 128, 2048]
 QUICK_CHECK_MS = [1, 5, 16, 17, 64, 65, 129, 300]
 REF_TIME_MAX_M = 512

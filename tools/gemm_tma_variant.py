@@ -34,8 +34,10 @@ KERNELS = {
     "gemm_tma_256x128": (256, 128, 4, 1, 1),
     "gemm_tma_256x128_c2": (256, 128, 4, 2, 1),
     "gemm_tma_128x128": (128, 128, 7, 1, 1),
+    "gemm_tma_128x128_c2": (128, 128, 7, 2, 1),
     "gemm_tma_64x256": (64, 256, 5, 1, 1),
     "gemm_tma_64x128": (64, 128, 9, 1, 1),
+    "gemm_tma_64x128_c2": (64, 128, 9, 2, 1),
     "gemm_tma_64x128_a2": (64, 128, 9, 1, 2),
     "gemm_tma_64x64": (64, 64, 14, 1, 1),
     "gemm_tma_64x64_a2": (64, 64, 14, 1, 2),
@@ -43,8 +45,9 @@ KERNELS = {
     "gemm_tma_64x32_a2": (64, 32, 18, 1, 2),
 }
 # The segmented twins (gemm_tma<..., SEG = true>): the same tiles, stages and clusters.
-SEGMENTED = ["gemm_tma_128x192", "gemm_tma_128x128", "gemm_tma_64x256", "gemm_tma_64x128", "gemm_tma_64x128_a2",
-             "gemm_tma_64x64", "gemm_tma_64x64_a2", "gemm_tma_64x32", "gemm_tma_64x32_a2"]
+SEGMENTED = ["gemm_tma_128x192", "gemm_tma_128x128", "gemm_tma_128x128_c2", "gemm_tma_64x256", "gemm_tma_64x128",
+             "gemm_tma_64x128_c2", "gemm_tma_64x128_a2", "gemm_tma_64x64", "gemm_tma_64x64_a2", "gemm_tma_64x32",
+             "gemm_tma_64x32_a2"]
 KERNELS.update({f"{name}_s": KERNELS[name] for name in SEGMENTED})
 # The split twins (gemm_tma<..., SPLIT = true>).
 SPLIT = ["gemm_tma_128x256", "gemm_tma_128x128", "gemm_tma_64x256", "gemm_tma_64x128"]
@@ -149,8 +152,10 @@ VARIANTS = [
     _variant("gemm_tma_256x128", 128, 1 << 20),
     _variant("gemm_tma_256x128_c2", 256, 1 << 20),
     _variant("gemm_tma_128x128", 64, 1 << 20),
+    _variant("gemm_tma_128x128_c2", 256, 1 << 20),
     _variant("gemm_tma_64x256", 64, 2048),
     _variant("gemm_tma_64x128", 64, 2048),
+    _variant("gemm_tma_64x128_c2", 128, 2048),
     _variant("gemm_tma_64x128_a2", 64, 2048),
     _variant("gemm_tma_64x64", 64, 1024),
     _variant("gemm_tma_64x64_a2", 64, 1024),

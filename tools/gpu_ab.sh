@@ -5,6 +5,8 @@
 # Usage (after `bash tools/device_build.sh` here, and the before binary copied to .device/tensorfold-before, with
 # ../shared/peers/torch_dense.py copied to .device/, and .device carried): bash tools/gpu_ab.sh [SECONDS]
 # SECONDS (default 580) bounds the whole run; each server bench gets --deadline from what is left.
+# STREAM_ARGS (default --streams 256) sets the stream counts, e.g. "--streams 64 --streams 256"; BENCH_SECONDS
+# (default 150) bounds each server bench.
 # BEFORE_ENV (e.g. TF_CUDA_TMA=0): without a before binary, the before run is the same binary under these settings.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,10 +30,10 @@ bench() {
     shift 2
     [[ "$name" == before && ! -f "$binary" ]] && binary=.device/tensorfold && read -ra settings <<< "${BEFORE_ENV:-}"
     echo "== $name ($binary ${settings[*]}) at $(elapsed) s"
-    timeout 150 env "${settings[@]}" bash tools/bench_gpu.sh --binary "$binary" --out "$OUT/$name" --ckpt "$CKPT" --skip peer \
-        --streams 256 --ttft-repeats 1 --deadline 140 "$@" > /dev/null 2>&1
+    timeout "${BENCH_SECONDS:-150}" env "${settings[@]}" bash tools/bench_gpu.sh --binary "$binary" --out "$OUT/$name" \
+        --ckpt "$CKPT" --skip peer ${STREAM_ARGS:---streams 256} --ttft-repeats 1 --deadline $(( ${BENCH_SECONDS:-150} - 10 )) "$@" > /dev/null 2>&1
     cp "$OUT/$name/results.md" "$OUT/$name.md" 2>/dev/null
-    grep -E "batch-1|256 streams|TTFT|ready|load" "$OUT/$name.md" 2>/dev/null | head -8
+    grep -E "batch-1|streams|TTFT|ready|load" "$OUT/$name.md" 2>/dev/null | head -8
 }
 bench after-1 .device/tensorfold
 bench before .device/tensorfold-before --skip bandwidth

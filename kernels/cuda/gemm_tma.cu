@@ -485,14 +485,14 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
     if constexpr (CLUSTER > 1) asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
-// The engine launches the single-CTA kernels; the 256-row, clustered and split ones are built for the bench (GEMM_TMA_ALL).
+// The engine launches the single-CTA kernels and two split ones; the 256-row, clustered and other split ones are built
+// for the bench (GEMM_TMA_ALL).
 // <BM, BN, WN, MI, STAGES, CM, CN>: 384 threads, 1024 + STAGES * ((BM + BN) * 128 + 16) bytes, cluster (CM CN, 1, 1).
 #define TMA_PARAMS                                                                                                    \
     const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_w, const float* bias, float* c,         \
         bf16* act, float* ws, int* counters, int m, int n, int k, int group, int segs
 #define TMA_ARGS map_a, map_w, bias, c, act, ws, counters, m, n, k, group, segs
-// _s: segmented twins where acc and the running sum together fit the consumers' 232 registers; _k (bench only):
-// split twins.
+// _s: segmented twins where acc and the running sum together fit the consumers' 232 registers; _k: split twins.
 // The engine compiles these in three programs side by side (TMA_PART 0, 1, 2); without TMA_PART all are built.
 #if !defined(TMA_PART) || TMA_PART == 0
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x256(TMA_PARAMS) { gemm_tma<128, 256, 256, 1, 4, 1, 1>(TMA_ARGS); }
@@ -506,6 +506,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x192(TMA_PARAMS
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x192_s(TMA_PARAMS) { gemm_tma<128, 192, 192, 1, 5, 1, 1, true>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x64_s(TMA_PARAMS) { gemm_tma<64, 64, 32, 1, 14, 1, 1, true>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x256(TMA_PARAMS) { gemm_tma<64, 256, 128, 1, 5, 1, 1>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128_k(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 1, 1, false, true>(TMA_ARGS); }
 #endif
 #if !defined(TMA_PART) || TMA_PART == 2
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x128(TMA_PARAMS) { gemm_tma<128, 128, 128, 1, 7, 1, 1>(TMA_ARGS); }
@@ -513,17 +514,20 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x128_s(TMA_PARA
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x256_s(TMA_PARAMS) { gemm_tma<64, 256, 128, 1, 5, 1, 1, true>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 1, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128_s(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 1, 1, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x128_k(TMA_PARAMS) { gemm_tma<128, 128, 128, 1, 7, 1, 1, false, true>(TMA_ARGS); }
 #endif
 #if defined(GEMM_TMA_ALL) && !defined(TMA_PART)
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x256_k(TMA_PARAMS) { gemm_tma<128, 256, 256, 1, 4, 1, 1, false, true>(TMA_ARGS); }
-extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x128_k(TMA_PARAMS) { gemm_tma<128, 128, 128, 1, 7, 1, 1, false, true>(TMA_ARGS); }
-extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128_k(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 1, 1, false, true>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x256_k(TMA_PARAMS) { gemm_tma<64, 256, 128, 1, 5, 1, 1, false, true>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x256_c2(TMA_PARAMS) { gemm_tma<128, 256, 256, 1, 4, 2, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x224_c2(TMA_PARAMS) { gemm_tma<128, 224, 224, 1, 5, 2, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x192_c2(TMA_PARAMS) { gemm_tma<128, 192, 192, 1, 5, 2, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_256x128(TMA_PARAMS) { gemm_tma<256, 128, 128, 2, 4, 1, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_256x128_c2(TMA_PARAMS) { gemm_tma<256, 128, 128, 2, 4, 2, 1>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128_c2(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 2, 1>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128_c2_s(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 2, 1, true>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x128_c2(TMA_PARAMS) { gemm_tma<128, 128, 128, 1, 7, 2, 1>(TMA_ARGS); }
+extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x128_c2_s(TMA_PARAMS) { gemm_tma<128, 128, 128, 1, 7, 2, 1, true>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128_a2(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 1, 2>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x64_a2(TMA_PARAMS) { gemm_tma<64, 64, 32, 1, 14, 1, 2>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x32_a2(TMA_PARAMS) { gemm_tma<64, 32, 16, 1, 18, 1, 2>(TMA_ARGS); }

@@ -65,8 +65,9 @@ fn test_the_tma_family_gives_a_row_the_bits_it_has_alone_and_fuses_swiglu_exactl
     let mut rng = Rng(11);
     // Every decode kernel (1, 4, 5, 16, 17, 32 rows) and the TMA tiles from 64 x 32 to 128 x 256.
     let batches = [1, 3, 4, 5, 16, 17, 32, 33, 64, 65, 130, 300];
-    // One segment, four (qkv and o of Llama-8B, N not a tile's multiple), eight (Orpheus-3B's down), a tiny model's.
-    for (n, k) in [(12288, 256), (6144, 4096), (1000, 2048), (3072, 8192), (96, 576)] {
+    // One segment, four (qkv and o of Llama-8B, N not a tile's multiple), eight (Orpheus-3B's down), a tiny model's,
+    // and Llama-8B's down, whose long segments run split from 33 to 128 rows.
+    for (n, k) in [(12288, 256), (6144, 4096), (1000, 2048), (3072, 8192), (96, 576), (4096, 14336)] {
         if !g.natural(n, k) {
             eprintln!("skipped: no TMA family on this GPU");
             return;

@@ -17,8 +17,14 @@ const MIN_SEGMENT_K: usize = 384;
 /// Rounds of at most this many rows run the decode kernel; wider ones the TMA + wgmma kernels.
 pub const STREAM_ROWS: usize = 32;
 
-/// Arrival counters a segmented decode launch may use: one per tile run, at most two runs an SM.
+/// Arrival counters a segmented decode or split launch may use: one per tile run or tile.
 pub const GEMM_COUNTERS: usize = 1024;
+
+/// Rounds of up to this many rows give each (tile, K segment) of a long-segment weight its own CTA (`_k` kernels).
+pub const SPLIT_ROWS: usize = 128;
+
+/// Shortest K segment that runs split: the fold reads every segment's plane, which pays only for long segments.
+const SPLIT_SEGMENT_K: usize = 2048;
 
 /// Threads of a decode block: 8 consumer warps and a producer warp.
 const STREAM_THREADS: u32 = 288;
@@ -35,16 +41,16 @@ const STREAM_SMEM: [usize; 2] = [232448, 115712];
 /// Rows of A the CTAs at work together span in the TMA kernels' walk, sharing those tiles in L2.
 const GROUP_ROWS: usize = 2048;
 
-/// One TMA kernel: (name, tile rows, tile columns, stages, whether a segmented twin `_s` exists).
-const TMA_KERNELS: [(&str, usize, usize, usize, bool); 8] = [
-    ("gemm_tma_128x256", 128, 256, 4, false),
-    ("gemm_tma_128x224", 128, 224, 5, false),
-    ("gemm_tma_128x192", 128, 192, 5, true),
-    ("gemm_tma_128x128", 128, 128, 7, true),
-    ("gemm_tma_64x256", 64, 256, 5, true),
-    ("gemm_tma_64x128", 64, 128, 9, true),
-    ("gemm_tma_64x64", 64, 64, 14, true),
-    ("gemm_tma_64x32", 64, 32, 18, true),
+/// One TMA kernel: (name, tile rows, tile columns, stages, whether a segmented twin `_s` and a split twin `_k` exist).
+const TMA_KERNELS: [(&str, usize, usize, usize, bool, bool); 8] = [
+    ("gemm_tma_128x256", 128, 256, 4, false, false),
+    ("gemm_tma_128x224", 128, 224, 5, false, false),
+    ("gemm_tma_128x192", 128, 192, 5, true, false),
+    ("gemm_tma_128x128", 128, 128, 7, true, true),
+    ("gemm_tma_64x256", 64, 256, 5, true, false),
+    ("gemm_tma_64x128", 64, 128, 9, true, true),
+    ("gemm_tma_64x64", 64, 64, 14, true, false),
+    ("gemm_tma_64x32", 64, 32, 18, true, false),
 ];
 
 /// Decode kernels by (blocks an SM - 1, A rows / 16 - 1).
@@ -65,11 +71,20 @@ pub fn family_segments(n: usize, k: usize) -> usize {
     s
 }
 
-/// The f32 workspace a segmented decode launch of an `n x k` weight needs, in floats (0 for an unsegmented one).
+/// Whether `m` rows of an `n x k` weight run on the split kernels: K in long segments and a round of
+/// STREAM_ROWS + 1 to SPLIT_ROWS rows, where the segmented tiles alone leave most SMs a long walk over K.
+pub(super) fn runs_split(m: usize, n: usize, k: usize) -> bool {
+    let segs = family_segments(n, k);
+    segs > 1 && k / segs >= SPLIT_SEGMENT_K && m > STREAM_ROWS && m <= SPLIT_ROWS
+}
+
+/// The f32 workspace a segmented decode or split launch of an `n x k` weight needs, in floats (0 for an
+/// unsegmented one).
 pub fn family_workspace(n: usize, k: usize) -> usize {
+    let rows = if runs_split(SPLIT_ROWS, n, k) { SPLIT_ROWS } else { STREAM_ROWS };
     match family_segments(n, k) {
         1 => 0,
-        s => s * STREAM_ROWS * n,
+        s => s * rows * n,
     }
 }
 
@@ -82,9 +97,12 @@ pub struct GemmScratch {
     pub counters: DevPtr,
 }
 
+/// A TMA kernel with its segmented and split twins, where they exist.
+type TmaTwins = (CudaFunction, Option<CudaFunction>, Option<CudaFunction>);
+
 /// The family's kernels, loaded where the GPU is an sm_90a one.
 pub(super) struct Family {
-    tma: Vec<(CudaFunction, Option<CudaFunction>)>,
+    tma: Vec<TmaTwins>,
     stream: [[CudaFunction; 2]; 2],
     sms: usize,
 }
@@ -123,10 +141,12 @@ fn stream_plan(m: usize, n: usize, k: usize, sms: usize, segs: usize) -> StreamP
 }
 
 /// The TMA kernel for `m` rows of an `n`-wide output: the largest useful tile that still gives about 70% of the SMs
-/// a tile, else the one with the most tiles; with `segs` > 1 only those with a segmented twin.
-fn tma_choice(m: usize, n: usize, sms: usize, segs: usize) -> usize {
-    let fits = |&i: &usize| segs == 1 || TMA_KERNELS[i].4;
-    let units = |i: usize| m.div_ceil(TMA_KERNELS[i].1) * n.div_ceil(TMA_KERNELS[i].2);
+/// a unit, else the one with the most units; with `segs` > 1 only those with a segmented twin, or with `split` those
+/// with a split twin, whose units are (tile, segment) pairs.
+fn tma_choice(m: usize, n: usize, sms: usize, segs: usize, split: bool) -> usize {
+    let fits = |&i: &usize| if split { TMA_KERNELS[i].5 } else { segs == 1 || TMA_KERNELS[i].4 };
+    let per_tile = if split { segs } else { 1 };
+    let units = |i: usize| m.div_ceil(TMA_KERNELS[i].1) * n.div_ceil(TMA_KERNELS[i].2) * per_tile;
     // Ties go to the tile that wastes fewer rows, then to the taller one, which reads the weights fewer times.
     let useful = |i: usize| {
         let bm = TMA_KERNELS[i].1;
@@ -146,18 +166,15 @@ impl Family {
     pub(super) fn load(module: &super::build::Kernels, sms: usize) -> Result<Family, GpuError> {
         let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         let mut tma = Vec::with_capacity(TMA_KERNELS.len());
-        for (name, bm, bn, stages, seg) in TMA_KERNELS {
-            let plain = module.function(name)?;
-            plain.set_attribute(attr, tma_smem(bm, bn, stages) as i32)?;
-            let twin = match seg {
-                true => {
-                    let f = module.function(&format!("{name}_s"))?;
-                    f.set_attribute(attr, tma_smem(bm, bn, stages) as i32)?;
-                    Some(f)
-                }
-                false => None,
+        for (name, bm, bn, stages, seg, split) in TMA_KERNELS {
+            let load = |name: &str| -> Result<CudaFunction, GpuError> {
+                let f = module.function(name)?;
+                f.set_attribute(attr, tma_smem(bm, bn, stages) as i32)?;
+                Ok(f)
             };
-            tma.push((plain, twin));
+            let twin = if seg { Some(load(&format!("{name}_s"))?) } else { None };
+            let split_twin = if split { Some(load(&format!("{name}_k"))?) } else { None };
+            tma.push((load(name)?, twin, split_twin));
         }
         let stream_fn = |per_sm: usize, i: usize| -> Result<CudaFunction, GpuError> {
             let f = module.function(STREAM_KERNELS[per_sm][i])?;
@@ -266,12 +283,26 @@ impl Gpu {
             ];
             return self.launch(func, (p.grid, 1, 1), STREAM_THREADS, p.smem as u32, &args);
         }
-        let i = tma_choice(m, n, family.sms, segs);
-        let (_, bm, bn, stages, _) = TMA_KERNELS[i];
-        let (plain, twin) = &family.tma[i];
-        let func = if segs > 1 { twin.as_ref().expect("tma_choice picks a segmented twin") } else { plain };
-        let mu = m.div_ceil(bm);
-        let grid = family.sms.min(mu * n.div_ceil(bn));
+        let split = runs_split(m, n, k);
+        let i = tma_choice(m, n, family.sms, segs, split);
+        let (_, bm, bn, stages, _, _) = TMA_KERNELS[i];
+        let (plain, twin, split_twin) = &family.tma[i];
+        let func = match (split, segs > 1) {
+            (true, _) => split_twin.as_ref().expect("tma_choice picks a split twin"),
+            (false, true) => twin.as_ref().expect("tma_choice picks a segmented twin"),
+            (false, false) => plain,
+        };
+        let (mu, nu) = (m.div_ceil(bm), n.div_ceil(bn));
+        if split {
+            assert!(act == 0, "gemm: the split kernels write no SwiGLU");
+            assert!(
+                scratch.ws_floats >= segs * m * n,
+                "gemm: a workspace of {} floats for {m} x {n}",
+                scratch.ws_floats
+            );
+            assert!(mu * nu <= GEMM_COUNTERS, "gemm: more tiles than arrival counters");
+        }
+        let grid = family.sms.min(mu * nu * if split { segs } else { 1 });
         let group = (GROUP_ROWS / bm).clamp(1, mu);
         let args = [
             Arg::Map(self.tensor_map(a, m, k, bm)?),
@@ -279,9 +310,9 @@ impl Gpu {
             Arg::Ptr(bias),
             Arg::Ptr(c),
             Arg::Ptr(act),
-            // The split kernels' workspace and counters (bench only).
-            Arg::Ptr(0),
-            Arg::Ptr(0),
+            // The split kernels' workspace planes and arrival counters, one a tile.
+            Arg::Ptr(if split { scratch.ws } else { 0 }),
+            Arg::Ptr(if split { scratch.counters } else { 0 }),
             int(m),
             int(n),
             int(k),
@@ -325,7 +356,7 @@ mod tests {
 
     #[test]
     fn test_wide_choices_follow_the_bench() {
-        let name = |m, n, segs| TMA_KERNELS[tma_choice(m, n, 132, segs)].0;
+        let name = |m, n, segs| TMA_KERNELS[tma_choice(m, n, 132, segs, false)].0;
         assert_eq!(name(64, 4096, 4), "gemm_tma_64x32");
         assert_eq!(name(64, 6144, 4), "gemm_tma_64x64");
         assert_eq!(name(128, 4096, 4), "gemm_tma_64x64");
@@ -335,5 +366,18 @@ mod tests {
         assert_eq!(name(8192, 128256, 1), "gemm_tma_128x256");
         // A tiny model's weights still get a kernel.
         assert_eq!(name(40, 96, 1), "gemm_tma_64x32");
+    }
+
+    #[test]
+    fn test_split_kernels_serve_long_segments_at_33_to_128_rows() {
+        // Llama-3.1-8B's down (segments of 3,584) at 33 to 128 rows; its qkv and o and Orpheus' down never.
+        assert!([33, 64, 128].iter().all(|&m| runs_split(m, 4096, 14336)));
+        assert!(!runs_split(32, 4096, 14336) && !runs_split(129, 4096, 14336));
+        assert!(!runs_split(64, 6144, 4096) && !runs_split(64, 4096, 4096) && !runs_split(64, 3072, 8192));
+        let name = |m| TMA_KERNELS[tma_choice(m, 4096, 132, 4, true)].0;
+        assert_eq!([name(33), name(64), name(128)], ["gemm_tma_64x128", "gemm_tma_64x128", "gemm_tma_128x128"]);
+        // The workspace holds a 128-row split launch's planes, and a decode launch's elsewhere.
+        assert_eq!(family_workspace(4096, 14336), 4 * SPLIT_ROWS * 4096);
+        assert_eq!(family_workspace(6144, 4096), 4 * STREAM_ROWS * 6144);
     }
 }

@@ -1,5 +1,6 @@
 //! Host side of the GEMM kernels (gemm.cu, gemm_tiled.cu, gemm_wgmma.cu): which kernel a shape runs, and its launch.
 
+use super::family::runs_split;
 use super::{gemm_segments, Arg, DevPtr, Functions, GemmScratch, Gpu, GpuError, STREAM_ROWS};
 use cudarc::driver::sys;
 
@@ -112,7 +113,7 @@ impl Gpu {
     /// Whether `gemm_swiglu` can run for this many rows and this K.
     pub fn fuses_swiglu(&self, m: usize, n: usize, k: usize) -> bool {
         match self.natural(n, k) {
-            true => m > STREAM_ROWS && n.is_multiple_of(16),
+            true => m > STREAM_ROWS && n.is_multiple_of(16) && !runs_split(m, n, k),
             false => m > 16 || (16 / gemm_segments(n, k, self.gemm)).is_multiple_of(2),
         }
     }
