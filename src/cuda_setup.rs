@@ -84,6 +84,6 @@ impl CudaDevice {
         let keys = self.allocate(MemoryKind::KvCache, bytes)?;
         let values = self.allocate(MemoryKind::KvCache, bytes)?;
         let ptrs = [keys.ptr().0, values.ptr().0];
-        Ok(KvPool::on_device(layout, num_pages, Box::new(keys), Box::new(values), ptrs))
+        Ok(KvPool::on_device(layout, num_pages, Box::new((keys, values)), ptrs))
     }
 }

@@ -1,6 +1,7 @@
 //! The tensorfold binary's library: the command line, the settings table, the HTTP server, and the wiring that
 //! builds models and speakers from settings.
 
+pub mod backend;
 pub mod carveout;
 pub mod cli;
 pub mod cuda_setup;

@@ -15,7 +15,6 @@ use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};
 use tensorfold_engine::llama::config::ModelConfig;
 use tensorfold_engine::llama::cuda::Sizing;
 use tensorfold_engine::llama::Llama;
-use tensorfold_engine::model::{CudaModel, LoadedModel};
 use tensorfold_engine::speech::drama::stream::SnacCodec;
 use tensorfold_engine::speech::drama::DramaParts;
 use tensorfold_engine::speech::hibari::voice::{HibariModel, HIBARI_SAMPLE_RATE};
@@ -24,40 +23,29 @@ use tensorfold_engine::speech::speakers::{Speaker, SpeechFrontEnd, VoiceSpeaker}
 use tensorfold_engine::text::tokenizer::Tokenizer;
 use tensorfold_lend::Lent;
 
-use crate::cuda_setup::{CudaDevice, Device};
+use crate::backend::{Backend, TextModel};
 use crate::settings::{Key, Settings};
 
 /// The registered name of the default voice.
 pub const HIBARI: &str = "hibari";
 
-/// A model loaded on its backend.
-// One is built per loaded model and moved a few times, so the larger variant costs nothing worth a box.
-#[allow(clippy::large_enum_variant)]
-pub enum Loaded {
-    Cpu(LoadedModel),
-    Cuda(CudaDevice, CudaModel),
+/// The text model and the backend it runs on.
+pub struct Loaded {
+    pub backend: Backend,
+    pub model: TextModel,
 }
 
 impl Loaded {
     pub fn config(&self) -> &ModelConfig {
-        match self {
-            Loaded::Cpu(m) => m.llama.config(),
-            Loaded::Cuda(_, m) => m.llama.config(),
-        }
+        &self.model.config
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
-        match self {
-            Loaded::Cpu(m) => &m.tokenizer,
-            Loaded::Cuda(_, m) => &m.tokenizer,
-        }
+        &self.model.tokenizer
     }
 
     pub fn name(&self) -> &str {
-        match self {
-            Loaded::Cpu(m) => &m.name,
-            Loaded::Cuda(_, m) => &m.name,
-        }
+        &self.model.name
     }
 
     /// The runtime's model, registered under the model's name, its tokenizer, and the device actor a GPU model's
@@ -68,23 +56,11 @@ impl Loaded {
         round_tokens: usize,
         parallel: usize,
     ) -> (ModelSpec, Tokenizer, Option<Addr<DeviceActor>>) {
-        match self {
-            Loaded::Cpu(LoadedModel { name, llama, tokenizer }) => {
-                let spec = ModelSpec {
-                    name,
-                    weight_bytes: llama.num_weight_bytes(),
-                    activation_bytes: llama.activation_bytes(round_tokens, parallel),
-                    kind: ModelKind::Tokens { engine: Box::new(llama), codec: None },
-                    context,
-                };
-                (spec, tokenizer, None)
-            }
-            Loaded::Cuda(dev, CudaModel { name, llama, tokenizer }) => {
-                // Weights and activations are already held in the GPU ledger.
-                let kind = ModelKind::Tokens { engine: Box::new(llama), codec: None };
-                (ModelSpec { name, weight_bytes: 0, activation_bytes: 0, kind, context }, tokenizer, Some(dev.device))
-            }
-        }
+        let TextModel { name, tokenizer, engine, .. } = self.model;
+        let (weight_bytes, activation_bytes) = engine.host_bytes(round_tokens, parallel);
+        let kind = ModelKind::Tokens { engine, codec: None };
+        let spec = ModelSpec { name, weight_bytes, activation_bytes, kind, context };
+        (spec, tokenizer, self.backend.device_actor())
     }
 }
 
@@ -98,16 +74,8 @@ pub fn draft_spec(
 ) -> Result<ModelSpec> {
     let mut quiet = |_: usize, _: usize| {};
     let loading = || format!("--draft-model: loading {}", path.display());
-    let (engine, weight_bytes, activation_bytes): (Box<dyn Engine>, usize, usize) = match target {
-        Loaded::Cpu(_) => {
-            let m = tensorfold_engine::model::load(path, &mut quiet).with_context(loading)?;
-            let (weights, activations) =
-                (m.llama.num_weight_bytes(), m.llama.activation_bytes(round_tokens, sizing.max_lanes));
-            (Box::new(m.llama), weights, activations)
-        }
-        // The device's ledger holds a GPU model's weights and buffers already.
-        Loaded::Cuda(dev, _) => (Box::new(dev.load(path, sizing, &mut quiet).with_context(loading)?.llama), 0, 0),
-    };
+    let engine = target.backend.load(path, sizing, &mut quiet).with_context(loading)?.engine;
+    let (weight_bytes, activation_bytes) = engine.host_bytes(round_tokens, sizing.max_lanes);
     tracing::info!(path = %path.display(), weight_bytes, "draft model loaded");
     let kind = ModelKind::Draft { engine, target: target.name().to_string() };
     Ok(ModelSpec { name: format!("{} (draft)", target.name()), kind, context, weight_bytes, activation_bytes })
@@ -162,20 +130,10 @@ pub fn load(settings: &Settings, sizing: Sizing, memory_limit: Option<usize>) ->
         None => {}
     };
     let device = settings.device();
-    let (model, weight_bytes) = match device {
-        Device::Cpu => {
-            let m = tensorfold_engine::model::load(&path, &mut progress)?;
-            let bytes = m.llama.num_weight_bytes();
-            (Loaded::Cpu(m), bytes)
-        }
-        Device::Cuda => {
-            let dev = CudaDevice::open(memory_limit, settings.cuda_options(), &fetcher)?;
-            let m = dev.load(&path, sizing, &mut progress)?;
-            let bytes = m.llama.num_weight_bytes();
-            tracing::info!(activation_bytes = m.llama.activation_bytes(), "GPU buffers");
-            (Loaded::Cuda(dev, m), bytes)
-        }
-    };
+    let backend = Backend::open(device, memory_limit, settings.cuda_options(), &fetcher)?;
+    let model = backend.load(&path, sizing, &mut progress)?;
+    let weight_bytes = model.weight_bytes;
+    let model = Loaded { backend, model };
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -199,17 +157,9 @@ pub fn sequence(model: &mut Loaded, capacity: usize) -> Result<Sequence<Box<dyn 
 }
 
 /// The model's engine and a KV pool of `num_pages` pages of `PAGE_TOKENS` where the model runs.
-pub fn engine_and_pool(model: &mut Loaded, num_pages: usize) -> Result<(Box<dyn Engine + '_>, KvPool)> {
-    Ok(match model {
-        Loaded::Cpu(m) => {
-            let pool = KvPool::new(m.llama.kv_layout(PAGE_TOKENS), num_pages);
-            (Box::new(&m.llama), pool)
-        }
-        Loaded::Cuda(dev, m) => {
-            let pool = dev.kv_pool(&m.llama, PAGE_TOKENS, num_pages)?;
-            (Box::new(&mut m.llama), pool)
-        }
-    })
+pub fn engine_and_pool(loaded: &mut Loaded, num_pages: usize) -> Result<(Box<dyn Engine + '_>, KvPool)> {
+    let pool = loaded.backend.kv_pool(&*loaded.model.engine, num_pages)?;
+    Ok((Box::new(&mut *loaded.model.engine), pool))
 }
 
 /// The default voice as a runtime model and its speaker, fetching its files on first use.
@@ -235,13 +185,16 @@ pub fn hibari_speaker(fetcher: &Fetcher) -> Result<(ModelSpec, Speaker)> {
     Ok((spec, Speaker::Voice(speaker)))
 }
 
-/// A Drama checkpoint as a runtime model named `name`: its weights with its codec, sized for rounds of `round_tokens`.
+/// A Drama checkpoint on the CPU as a runtime model named `name`: its weights with its codec, sized for rounds of
+/// `round_tokens` over `parallel` lanes.
 pub fn drama_spec(name: String, llama: Llama, codec: SnacCodec, round_tokens: usize, parallel: usize) -> ModelSpec {
+    let (weight_bytes, activation_bytes) = llama.host_bytes(round_tokens, parallel);
+    let context = llama.config().max_position;
     ModelSpec {
         name,
-        weight_bytes: llama.num_weight_bytes(),
-        activation_bytes: llama.activation_bytes(round_tokens, parallel),
-        context: llama.config().max_position,
+        weight_bytes,
+        activation_bytes,
+        context,
         kind: ModelKind::Tokens { engine: Box::new(llama), codec: Some(Box::new(codec)) },
     }
 }
@@ -268,39 +221,24 @@ pub fn drama(
     let parts = DramaParts::open(dir).with_context(loading)?;
     let name = dir.file_name().map_or_else(|| "drama".into(), |n| n.to_string_lossy().into_owned());
     let mut quiet = |_: usize, _: usize| {};
-    Ok(match target {
-        Loaded::Cpu(_) if same => {
-            let (codec, front) = SpeechFrontEnd::from_parts(parts, name, target.config().max_position);
-            (front, DramaLanes::Shared(Box::new(SnacCodec(Arc::new(codec)))))
+    let backend = &target.backend;
+    let model = match same {
+        true => None,
+        false => Some(backend.load(dir, sizing, &mut quiet).with_context(loading)?),
+    };
+    let max_position = model.as_ref().map_or(target.config().max_position, |m| m.config.max_position);
+    let context = backend.positions(max_position, sizing);
+    let (decoder, front) = SpeechFrontEnd::from_parts(parts, name.clone(), context);
+    let codec = backend.codec(decoder).with_context(loading)?;
+    let lanes = match model {
+        Some(TextModel { engine, .. }) => {
+            let (weight_bytes, activation_bytes) = engine.host_bytes(round_tokens, parallel);
+            let kind = ModelKind::Tokens { engine, codec: Some(codec) };
+            DramaLanes::Own(ModelSpec { name, weight_bytes, activation_bytes, context, kind })
         }
-        Loaded::Cpu(_) => {
-            let llama = tensorfold_engine::model::load(dir, &mut quiet).with_context(loading)?.llama;
-            let (codec, front) = SpeechFrontEnd::from_parts(parts, name.clone(), llama.config().max_position);
-            (front, DramaLanes::Own(drama_spec(name, llama, SnacCodec(Arc::new(codec)), round_tokens, parallel)))
-        }
-        Loaded::Cuda(dev, _) => {
-            let codec = Box::new(dev.load_codec(&parts.codec).with_context(loading)?);
-            let model = match same {
-                true => None,
-                false => Some(dev.load(dir, sizing, &mut quiet).with_context(loading)?),
-            };
-            let positions = model.as_ref().map_or(target.config().max_position, |m| m.llama.config().max_position);
-            let context = positions.min(sizing.context);
-            let (_, front) = SpeechFrontEnd::from_parts(parts, name.clone(), context);
-            let lanes = match model {
-                // The device's ledger holds a GPU model's weights and buffers already.
-                Some(m) => DramaLanes::Own(ModelSpec {
-                    name,
-                    weight_bytes: 0,
-                    activation_bytes: 0,
-                    context,
-                    kind: ModelKind::Tokens { engine: Box::new(m.llama), codec: Some(codec) },
-                }),
-                None => DramaLanes::Shared(codec),
-            };
-            (front, lanes)
-        }
-    })
+        None => DramaLanes::Shared(codec),
+    };
+    Ok((front, lanes))
 }
 
 /// Refuses a `--context` the model cannot hold; unset, the model's own, at most 4096.

@@ -141,7 +141,7 @@ fn test_a_graph_is_not_replayed_on_a_pool_with_other_values() {
     let values = dev.allocate(MemoryKind::KvCache, layout.buffer_bytes(8)).unwrap();
     let owner = dev.allocate(MemoryKind::KvCache, 4).unwrap();
     let ptrs = [keys, values.ptr().0];
-    let mut second = KvPool::on_device(layout, 8, Box::new(owner), Box::new(values), ptrs);
+    let mut second = KvPool::on_device(layout, 8, Box::new((owner, values)), ptrs);
     let (a, b) = (tokens(&mut Rng(40), 5), tokens(&mut Rng(41), 5));
     let direct = run(&mut model, &mut second, &b, false);
     run(&mut model, &mut first, &a, true);

@@ -172,6 +172,11 @@ pub trait Engine: Send {
     fn embeds(&self) -> bool {
         true
     }
+    /// Host bytes that rounds of `round_tokens` tokens over `lanes` lanes hold, as (weights, activations): none
+    /// where a device's ledger holds them already.
+    fn host_bytes(&self, _round_tokens: usize, _lanes: usize) -> (usize, usize) {
+        (0, 0)
+    }
 }
 
 /// A boxed engine is driven as the engine it holds.
@@ -195,6 +200,10 @@ impl<T: Engine + ?Sized> Engine for Box<T> {
     fn embeds(&self) -> bool {
         (**self).embeds()
     }
+
+    fn host_bytes(&self, round_tokens: usize, lanes: usize) -> (usize, usize) {
+        (**self).host_bytes(round_tokens, lanes)
+    }
 }
 
 /// An engine lent for a while is driven as itself.
@@ -217,6 +226,10 @@ impl<T: Engine + ?Sized> Engine for &mut T {
 
     fn embeds(&self) -> bool {
         (**self).embeds()
+    }
+
+    fn host_bytes(&self, round_tokens: usize, lanes: usize) -> (usize, usize) {
+        (**self).host_bytes(round_tokens, lanes)
     }
 }
 

@@ -39,21 +39,28 @@ impl KvLayout {
 /// Memory the pool lives in: a plain vector, or an allocation made through the runtime's ledger.
 pub type KvStorage = Box<dyn DerefMut<Target = [f32]> + Send + Sync>;
 
+/// What keeps a device pool's buffers alive until the pool is dropped.
+pub type KvOwner = Box<dyn Send + Sync>;
+
+/// Where a pool's keys and values live.
+enum KvMemory {
+    /// Floats the CPU kernels read and write.
+    Host { keys: KvStorage, values: KvStorage },
+    /// Device buffers at these addresses, which only the GPU kernels touch.
+    Device { keys: u64, values: u64, _owner: KvOwner },
+}
+
 /// Keys and values of every page, stored `[page][layer][token][kv_dim]`.
 pub struct KvPool {
     layout: KvLayout,
     num_pages: usize,
-    keys: KvStorage,
-    values: KvStorage,
-    /// Device addresses of keys and values when the pool lives on a GPU; the host views are then empty.
-    device: Option<[u64; 2]>,
+    memory: KvMemory,
 }
 
 impl KvPool {
     pub fn new(layout: KvLayout, num_pages: usize) -> KvPool {
-        assert_eq!(layout.elem_bytes, 4, "a host pool holds f32");
         let n = num_pages * layout.page_elems();
-        KvPool { layout, num_pages, keys: Box::new(vec![0.0; n]), values: Box::new(vec![0.0; n]), device: None }
+        KvPool::with_storage(layout, num_pages, Box::new(vec![0.0; n]), Box::new(vec![0.0; n]))
     }
 
     /// A pool over given memory, each buffer at least `num_pages` pages of floats.
@@ -61,17 +68,27 @@ impl KvPool {
         assert_eq!(layout.elem_bytes, 4, "a host pool holds f32");
         let n = num_pages * layout.page_elems();
         assert!(keys.len() >= n && values.len() >= n, "KV storage is smaller than {num_pages} pages");
-        KvPool { layout, num_pages, keys, values, device: None }
+        KvPool { layout, num_pages, memory: KvMemory::Host { keys, values } }
     }
 
-    /// A pool in device memory at `ptrs` (keys, values); `keys` and `values` own that memory.
-    pub fn on_device(layout: KvLayout, num_pages: usize, keys: KvStorage, values: KvStorage, ptrs: [u64; 2]) -> KvPool {
-        KvPool { layout, num_pages, keys, values, device: Some(ptrs) }
+    /// A pool in device memory, keys at `ptrs[0]` and values at `ptrs[1]`, which `owner` keeps allocated.
+    pub fn on_device(layout: KvLayout, num_pages: usize, owner: KvOwner, ptrs: [u64; 2]) -> KvPool {
+        KvPool { layout, num_pages, memory: KvMemory::Device { keys: ptrs[0], values: ptrs[1], _owner: owner } }
     }
 
     /// Device addresses of keys and values, for a pool on a GPU.
     pub fn device_ptrs(&self) -> Option<[u64; 2]> {
-        self.device
+        match self.memory {
+            KvMemory::Device { keys, values, .. } => Some([keys, values]),
+            KvMemory::Host { .. } => None,
+        }
+    }
+
+    fn host(&self) -> (&[f32], &[f32]) {
+        match &self.memory {
+            KvMemory::Host { keys, values } => (keys, values),
+            KvMemory::Device { .. } => panic!("the CPU kernels read a KV pool in device memory"),
+        }
     }
 
     pub fn layout(&self) -> KvLayout {
@@ -92,18 +109,21 @@ impl KvPool {
     /// Stores one position's key and value rows.
     pub fn write(&mut self, layer: usize, pages: &[u32], pos: usize, key: &[f32], value: &[f32]) {
         let (at, d) = (self.offset(layer, pages, pos), self.layout.kv_dim());
-        self.keys[at..at + d].copy_from_slice(key);
-        self.values[at..at + d].copy_from_slice(value);
+        let KvMemory::Host { keys, values } = &mut self.memory else {
+            panic!("the CPU kernels write a KV pool in device memory")
+        };
+        keys[at..at + d].copy_from_slice(key);
+        values[at..at + d].copy_from_slice(value);
     }
 
     fn key(&self, layer: usize, pages: &[u32], pos: usize) -> &[f32] {
         let at = self.offset(layer, pages, pos);
-        &self.keys[at..at + self.layout.kv_dim()]
+        &self.host().0[at..at + self.layout.kv_dim()]
     }
 
     fn value(&self, layer: usize, pages: &[u32], pos: usize) -> &[f32] {
         let at = self.offset(layer, pages, pos);
-        &self.values[at..at + self.layout.kv_dim()]
+        &self.host().1[at..at + self.layout.kv_dim()]
     }
 }
 

@@ -5,18 +5,17 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use tensorfold_actors::coordinator::{Drafting, Schedule};
+use tensorfold_actors::coordinator::Schedule;
 use tensorfold_actors::runtime::{ModelKind, RuntimeConfig};
 use tensorfold_engine::llama::cuda::Sizing;
 use tensorfold_engine::speech::speakers::{Speaker, Speakers};
 
 use crate::carveout;
-use crate::cuda_setup::Device;
 use crate::server::{ServeConfig, Starting};
 use crate::settings::cli::{MODEL, SERVE, SPEECH};
 use crate::settings::{Key, Settings, TableArgs};
 use crate::wiring::{
-    context, draft_spec, drama, hibari_speaker, load, model_path, same_path, start_runtime, DramaLanes, Loaded,
+    context, draft_spec, drama, hibari_speaker, load, model_path, same_path, start_runtime, DramaLanes,
 };
 
 #[derive(Args)]
@@ -58,22 +57,15 @@ pub fn serve(settings: &Settings) -> Result<()> {
         None => None,
     };
     // On a GPU the KV pages take what the ledger's cap leaves.
-    let memory_limit = match &model {
-        Loaded::Cuda(dev, _) => Some(dev.cap),
-        Loaded::Cpu(_) => memory_limit,
-    };
+    let memory_limit = model.backend.memory_limit(memory_limit);
     let fetcher = settings.fetcher()?;
     let text_path = model_path(settings, &fetcher)?;
     let drama = match speech_model {
         Some(dir) => Some(drama(&model, dir, same_path(dir, &text_path), sizing, round_tokens, parallel)?),
         None => None,
     };
+    let drafting = model.backend.drafting(settings.size(Key::DraftTokens));
     let (text, tokenizer, device) = model.into_spec(context, round_tokens, parallel);
-    let draft_tokens = settings.size(Key::DraftTokens);
-    let drafting = match settings.device() {
-        Device::Cuda => Drafting::on_gpu(draft_tokens.unwrap_or(12)),
-        Device::Cpu => Drafting::on_cpu(draft_tokens.unwrap_or(3)),
-    };
     let schedule = Schedule { round_tokens, parallel, max_waiting: size(Key::MaxWaiting), drafting };
     let prefix_cache_tokens = match settings.is_on(Key::PrefixCache) {
         true => settings.size(Key::PrefixCacheTokens).unwrap_or(usize::MAX),

@@ -47,7 +47,7 @@ pub(crate) async fn kv_room(
         true => KvPool::with_storage(layout, num_pages, Box::new(keys), Box::new(values)),
         false => {
             let ptrs = [keys.ptr().0, values.ptr().0];
-            KvPool::on_device(layout, num_pages, Box::new(keys), Box::new(values), ptrs)
+            KvPool::on_device(layout, num_pages, Box::new((keys, values)), ptrs)
         }
     };
     Ok(Room { pool, num_pages, num_lent_pages: 0, held: Vec::new() })
@@ -102,7 +102,7 @@ async fn device_room(
     };
     let base = mapped.ptr().0;
     let ptrs = [base, base + (total * plane) as u64];
-    let pool = KvPool::on_device(layout, total, Box::new(mapped), Box::new(Vec::new()), ptrs);
+    let pool = KvPool::on_device(layout, total, Box::new(mapped), ptrs);
     let num_lent_pages = total - num_pages;
     log_lent(lent_bytes, num_lent_pages, layout, "device");
     Ok(Ok(Room { pool, num_pages: total, num_lent_pages, held: Vec::new() }))

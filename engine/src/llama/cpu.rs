@@ -11,6 +11,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
 use crate::llama::forward::{forward, LayerNorm, LlamaSteps};
+use crate::llama::walk::names;
 use crate::tp::collective::Collective;
 
 /// Per-head RMSNorm weights of q and k (Qwen3).
@@ -74,47 +75,20 @@ impl Loader<'_> {
         Ok(self.matrix(name, 1, len)?.to_f32())
     }
 
-    fn attention(&self, p: &str, c: &ModelConfig) -> Result<Attention, LoadError> {
-        let (h, q_dim, kv_dim) = (c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
-        let q = self.matrix(&format!("{p}.q_proj.weight"), q_dim, h)?;
-        let k = self.matrix(&format!("{p}.k_proj.weight"), kv_dim, h)?;
-        let v = self.matrix(&format!("{p}.v_proj.weight"), kv_dim, h)?;
-        let qkv_bias = if c.attn_bias {
-            let mut b = self.vector(&format!("{p}.q_proj.bias"), q_dim)?;
-            b.extend(self.vector(&format!("{p}.k_proj.bias"), kv_dim)?);
-            b.extend(self.vector(&format!("{p}.v_proj.bias"), kv_dim)?);
-            Some(b)
-        } else {
-            None
-        };
-        let qk_norm = if c.qk_norm {
-            let q = self.vector(&format!("{p}.q_norm.weight"), c.head_dim)?;
-            Some(QkNorm { q, k: self.vector(&format!("{p}.k_norm.weight"), c.head_dim)? })
-        } else {
-            None
-        };
-        let o = self.matrix(&format!("{p}.o_proj.weight"), h, q_dim)?;
-        let o_bias_name = format!("{p}.o_proj.bias");
-        let o_bias = match self.ckpt.contains(&o_bias_name) {
-            true => Some(self.vector(&o_bias_name, h)?),
-            false => None,
-        };
-        Ok(Attention { qkv: concat_rows(&[q, k, v]), qkv_bias, qk_norm, o, o_bias })
-    }
-
     fn layer(&self, i: usize, c: &ModelConfig) -> Result<Layer, LoadError> {
-        let p = format!("model.layers.{i}");
-        let (h, f) = (c.hidden_size, c.intermediate_size);
-        let gate = self.matrix(&format!("{p}.mlp.gate_proj.weight"), f, h)?;
-        let up = self.matrix(&format!("{p}.mlp.up_proj.weight"), f, h)?;
+        let t = self.layer_tensors(i, c, |name, rows, cols| self.matrix(name, rows, cols))?;
+        let qk_norm = t.qk_norm.map(|(q, k)| QkNorm { q, k });
         Ok(Layer {
-            input_norm: self.vector(&format!("{p}.input_layernorm.weight"), h)?,
-            attn: self.attention(&format!("{p}.self_attn"), c)?,
-            post_attn_norm: self.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
-            mlp: Mlp {
-                gate_up: concat_rows(&[gate, up]),
-                down: self.matrix(&format!("{p}.mlp.down_proj.weight"), h, f)?,
+            input_norm: t.input_norm,
+            attn: Attention {
+                qkv: concat_rows(&[t.q, t.k, t.v]),
+                qkv_bias: t.qkv_bias,
+                qk_norm,
+                o: t.o,
+                o_bias: t.o_bias,
             },
+            post_attn_norm: t.post_norm,
+            mlp: Mlp { gate_up: concat_rows(&[t.gate, t.up]), down: t.down },
         })
     }
 }
@@ -168,22 +142,15 @@ impl Llama {
     ) -> Result<Llama, LoadError> {
         let c = ckpt.config().clone();
         let ld = Loader { ckpt };
-        let embed = ld.matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size)?;
+        let embed = ld.matrix(names::EMBED, c.vocab_size, c.hidden_size)?;
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
             layers.push(ld.layer(i, &c)?);
             progress(i + 1, c.num_layers);
         }
-        let norm = ld.vector("model.norm.weight", c.hidden_size)?;
-        let lm_head = if c.tie_embeddings && !ckpt.contains("lm_head.weight") {
-            None
-        } else {
-            Some(ld.matrix("lm_head.weight", c.vocab_size, c.hidden_size)?)
-        };
-        let factors = match ckpt.contains("rope_freqs.weight") {
-            true => Some(ld.vector("rope_freqs.weight", c.head_dim / 2)?),
-            false => None,
-        };
+        let norm = ld.vector(names::NORM, c.hidden_size)?;
+        let lm_head = ld.lm_head(&c, |name, rows, cols| ld.matrix(name, rows, cols))?;
+        let factors = ld.rope_factors(&c)?;
         let rope = Rope { inv_freq: rope_inv_freq(&c, factors.as_deref()), interleaved: c.rope_interleaved };
         let activations = activations_from_env(ckpt)?;
         Ok(Llama { cfg: c, embed, layers, norm, lm_head, rope, collective: None, activations })
@@ -234,6 +201,10 @@ impl Engine for Llama {
     fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         Ok(self.run(pool, lanes))
     }
+
+    fn host_bytes(&self, round_tokens: usize, lanes: usize) -> (usize, usize) {
+        (self.num_weight_bytes(), self.activation_bytes(round_tokens, lanes))
+    }
 }
 
 /// The CPU model keeps nothing between rounds, so drivers may share one by reference.
@@ -248,6 +219,10 @@ impl Engine for &Llama {
 
     fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         Ok(self.run(pool, lanes))
+    }
+
+    fn host_bytes(&self, round_tokens: usize, lanes: usize) -> (usize, usize) {
+        (self.num_weight_bytes(), self.activation_bytes(round_tokens, lanes))
     }
 }
 

@@ -4,6 +4,7 @@ pub mod config;
 pub mod cpu;
 pub mod cuda;
 pub mod forward;
+pub(crate) mod walk;
 
 pub use cpu::Llama;
 pub(crate) use cpu::{rope_inv_freq, Loader};

@@ -51,7 +51,7 @@ impl RankPools {
                 let keys = alloc(MemoryKind::KvCache, bytes).map_err(oom)?;
                 let values = alloc(MemoryKind::KvCache, bytes).map_err(oom)?;
                 let ptrs = [keys.ptr().0, values.ptr().0];
-                Ok(KvPool::on_device(layout, pages, keys, values, ptrs))
+                Ok(KvPool::on_device(layout, pages, Box::new((keys, values)), ptrs))
             }
         }
     }

@@ -12,6 +12,7 @@ use tensorfold_kernels::Weight;
 use crate::checkpoint::{Bf16Rows, Checkpoint};
 use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
+use crate::llama::walk::names;
 
 /// How a tensor is cut for one rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,19 +64,16 @@ impl<'a> ShardedCheckpoint<'a> {
         let c = self.inner.config();
         let (q, kv, f) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.intermediate_size);
         let part = |n: usize| (self.rank * n / self.ranks, (self.rank + 1) * n / self.ranks);
-        let Some((_, tail)) = name.strip_prefix("model.layers.").and_then(|rest| rest.split_once('.')) else {
+        let Some((_, tail)) = name.strip_prefix(names::LAYERS).and_then(|rest| rest.split_once('.')) else {
             return Cut::Whole;
         };
         match tail {
-            "self_attn.q_proj.weight" | "self_attn.q_proj.bias" => Cut::Rows(part(q).0, part(q).1),
-            "self_attn.k_proj.weight"
-            | "self_attn.k_proj.bias"
-            | "self_attn.v_proj.weight"
-            | "self_attn.v_proj.bias" => Cut::Rows(part(kv).0, part(kv).1),
-            "mlp.gate_proj.weight" | "mlp.up_proj.weight" => Cut::Rows(part(f).0, part(f).1),
-            "self_attn.o_proj.weight" => Cut::Cols(part(q).0, part(q).1),
-            "mlp.down_proj.weight" => Cut::Cols(part(f).0, part(f).1),
-            "self_attn.o_proj.bias" if self.rank > 0 => Cut::Absent,
+            names::Q | names::Q_BIAS => Cut::Rows(part(q).0, part(q).1),
+            names::K | names::K_BIAS | names::V | names::V_BIAS => Cut::Rows(part(kv).0, part(kv).1),
+            names::GATE | names::UP => Cut::Rows(part(f).0, part(f).1),
+            names::O => Cut::Cols(part(q).0, part(q).1),
+            names::DOWN => Cut::Cols(part(f).0, part(f).1),
+            names::O_BIAS if self.rank > 0 => Cut::Absent,
             _ => Cut::Whole,
         }
     }

@@ -13,6 +13,7 @@ use tensorfold_kernels::cuda::{
 use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
+use crate::llama::walk::names;
 use crate::llama::{rope_inv_freq, Loader};
 use crate::tp::stream::DeviceCollective;
 
@@ -180,6 +181,11 @@ fn gpu_err(e: GpuError) -> LoadError {
     LoadError::Device(e.to_string())
 }
 
+/// An optional vector on the GPU, or address 0 where there is none.
+fn some_vector(up: &mut Uploader, v: Option<Vec<f32>>) -> Result<DevPtr, LoadError> {
+    v.map_or(Ok(0), |v| up.vector(&v))
+}
+
 impl CudaLlama {
     /// Loads the checkpoint onto `gpu`, every buffer through `alloc`; `progress(done, total)` follows the layers.
     pub fn load(
@@ -217,59 +223,34 @@ impl CudaLlama {
         let started = std::time::Instant::now();
         let mut up = Uploader::new(&shared, alloc);
         let matrix = |name: &str, rows, cols| read(ckpt, &ld, name, rows, cols);
-        let embed = up.matrices(&[matrix("model.embed_tokens.weight", c.vocab_size, h)?])?;
+        let embed = up.matrices(&[matrix(names::EMBED, c.vocab_size, h)?])?;
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
-            let p = format!("model.layers.{i}");
-            let a = format!("{p}.self_attn");
-            let q = matrix(&format!("{a}.q_proj.weight"), q_dim, h)?;
-            let k = matrix(&format!("{a}.k_proj.weight"), kv_dim, h)?;
-            let v = matrix(&format!("{a}.v_proj.weight"), kv_dim, h)?;
-            let qkv = up.matrices(&[q, k, v])?;
-            let qkv_bias = match c.attn_bias {
-                true => {
-                    let mut b = ld.vector(&format!("{a}.q_proj.bias"), q_dim)?;
-                    b.extend(ld.vector(&format!("{a}.k_proj.bias"), kv_dim)?);
-                    b.extend(ld.vector(&format!("{a}.v_proj.bias"), kv_dim)?);
-                    up.vector(&b)?
-                }
-                false => 0,
-            };
-            let (q_norm, k_norm) = match c.qk_norm {
-                true => (
-                    up.vector(&ld.vector(&format!("{a}.q_norm.weight"), c.head_dim)?)?,
-                    up.vector(&ld.vector(&format!("{a}.k_norm.weight"), c.head_dim)?)?,
-                ),
-                false => (0, 0),
-            };
-            let o = up.matrices(&[matrix(&format!("{a}.o_proj.weight"), h, q_dim)?])?;
-            let o_bias = match ckpt.contains(&format!("{a}.o_proj.bias")) {
-                true => up.vector(&ld.vector(&format!("{a}.o_proj.bias"), h)?)?,
-                false => 0,
-            };
-            let gate = matrix(&format!("{p}.mlp.gate_proj.weight"), f, h)?;
-            let upw = matrix(&format!("{p}.mlp.up_proj.weight"), f, h)?;
-            let gate_up = up.gate_up(gate, upw)?;
-            let down = up.matrices(&[matrix(&format!("{p}.mlp.down_proj.weight"), h, f)?])?;
-            let input_norm = up.vector(&ld.vector(&format!("{p}.input_layernorm.weight"), h)?)?;
-            let post_norm = up.vector(&ld.vector(&format!("{p}.post_attention_layernorm.weight"), h)?)?;
+            let t = ld.layer_tensors(i, &c, matrix)?;
+            let (q_norm, k_norm) = t.qk_norm.map_or((None, None), |(q, k)| (Some(q), Some(k)));
+            let qkv = up.matrices(&[t.q, t.k, t.v])?;
+            let qkv_bias = some_vector(&mut up, t.qkv_bias)?;
+            let (q_norm, k_norm) = (some_vector(&mut up, q_norm)?, some_vector(&mut up, k_norm)?);
+            let o = up.matrices(&[t.o])?;
+            let o_bias = some_vector(&mut up, t.o_bias)?;
+            let gate_up = up.gate_up(t.gate, t.up)?;
+            let down = up.matrices(&[t.down])?;
+            let input_norm = up.vector(&t.input_norm)?;
+            let post_norm = up.vector(&t.post_norm)?;
             layers.push(GpuLayer { input_norm, qkv, qkv_bias, q_norm, k_norm, o, o_bias, post_norm, gate_up, down });
             progress(i + 1, c.num_layers);
         }
-        let norm = up.vector(&ld.vector("model.norm.weight", h)?)?;
-        let lm_head = match c.tie_embeddings && !ckpt.contains("lm_head.weight") {
-            true => embed,
-            false => up.matrices(&[matrix("lm_head.weight", c.vocab_size, h)?])?,
+        let norm = up.vector(&ld.vector(names::NORM, h)?)?;
+        let lm_head = match ld.lm_head(&c, matrix)? {
+            None => embed,
+            Some(head) => up.matrices(&[head])?,
         };
         up.finish()?;
         let (pack_s, upload_s) = (up.pack_time.as_secs_f64(), up.upload_time.as_secs_f64());
         let seconds = started.elapsed().as_secs_f64();
         let gpu_packed_bytes = up.gpu_packed_bytes;
         tracing::info!(seconds, pack_s, upload_s, bytes = up.bytes, gpu_packed_bytes, "weights on the GPU");
-        let factors = match ckpt.contains("rope_freqs.weight") {
-            true => Some(ld.vector("rope_freqs.weight", c.head_dim / 2)?),
-            false => None,
-        };
+        let factors = ld.rope_factors(&c)?;
         let inv_freq = up.vector(&rope_inv_freq(&c, factors.as_deref()))?;
         let weight_bytes = up.bytes;
         let (t, meta) = (sizing.max_tokens, MetaLayout::new(&sizing));
