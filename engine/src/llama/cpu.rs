@@ -11,7 +11,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
 use crate::llama::forward::{forward, LayerNorm, LlamaSteps};
-use crate::llama::walk::names;
+use crate::llama::walk::{names, MatrixSpec};
 use crate::tp::collective::Collective;
 
 /// Per-head RMSNorm weights of q and k (Qwen3).
@@ -76,20 +76,13 @@ impl Loader<'_> {
     }
 
     fn layer(&self, i: usize, c: &ModelConfig) -> Result<Layer, LoadError> {
-        let t = self.layer_tensors(i, c, |name, rows, cols| self.matrix(name, rows, cols))?;
+        let t = self.layer_tensors(i, c)?;
+        let read = |m: &MatrixSpec| self.matrix(&m.name, m.rows, m.cols);
+        let qkv = concat_rows(&[read(&t.q)?, read(&t.k)?, read(&t.v)?]);
         let qk_norm = t.qk_norm.map(|(q, k)| QkNorm { q, k });
-        Ok(Layer {
-            input_norm: t.input_norm,
-            attn: Attention {
-                qkv: concat_rows(&[t.q, t.k, t.v]),
-                qkv_bias: t.qkv_bias,
-                qk_norm,
-                o: t.o,
-                o_bias: t.o_bias,
-            },
-            post_attn_norm: t.post_norm,
-            mlp: Mlp { gate_up: concat_rows(&[t.gate, t.up]), down: t.down },
-        })
+        let attn = Attention { qkv, qkv_bias: t.qkv_bias, qk_norm, o: read(&t.o)?, o_bias: t.o_bias };
+        let mlp = Mlp { gate_up: concat_rows(&[read(&t.gate)?, read(&t.up)?]), down: read(&t.down)? };
+        Ok(Layer { input_norm: t.input_norm, attn, post_attn_norm: t.post_norm, mlp })
     }
 }
 
@@ -149,7 +142,7 @@ impl Llama {
             progress(i + 1, c.num_layers);
         }
         let norm = ld.vector(names::NORM, c.hidden_size)?;
-        let lm_head = ld.lm_head(&c, |name, rows, cols| ld.matrix(name, rows, cols))?;
+        let lm_head = ld.lm_head(&c).map(|m| ld.matrix(&m.name, m.rows, m.cols)).transpose()?;
         let factors = ld.rope_factors(&c)?;
         let rope = Rope { inv_freq: rope_inv_freq(&c, factors.as_deref()), interleaved: c.rope_interleaved };
         let activations = activations_from_env(ckpt)?;

@@ -29,34 +29,37 @@ pub(crate) mod names {
     pub const DOWN: &str = "mlp.down_proj.weight";
 }
 
-/// One decoder layer's tensors, each matrix as its loader reads it (`M`), each checked against the config's shape.
-pub(crate) struct LayerTensors<M> {
+/// A matrix of the checkpoint: its name and the shape the config gives it, read when its loader is ready for it.
+pub(crate) struct MatrixSpec {
+    pub name: String,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// One decoder layer: its vectors, read, and its matrices, named and shaped for their loader to read in turn.
+pub(crate) struct LayerTensors {
     pub input_norm: Vec<f32>,
-    pub q: M,
-    pub k: M,
-    pub v: M,
+    pub q: MatrixSpec,
+    pub k: MatrixSpec,
+    pub v: MatrixSpec,
     /// The q, k and v biases end to end, where the config has them.
     pub qkv_bias: Option<Vec<f32>>,
     /// The per-head q and k norms, where the config has them.
     pub qk_norm: Option<(Vec<f32>, Vec<f32>)>,
-    pub o: M,
+    pub o: MatrixSpec,
     /// Present only where the checkpoint holds it.
     pub o_bias: Option<Vec<f32>>,
     pub post_norm: Vec<f32>,
-    pub gate: M,
-    pub up: M,
-    pub down: M,
+    pub gate: MatrixSpec,
+    pub up: MatrixSpec,
+    pub down: MatrixSpec,
 }
 
 impl Loader<'_> {
-    /// Layer `i`'s tensors, each matrix read by `matrix(name, rows, cols)`.
-    pub(crate) fn layer_tensors<M>(
-        &self,
-        i: usize,
-        c: &ModelConfig,
-        matrix: impl Fn(&str, usize, usize) -> Result<M, LoadError>,
-    ) -> Result<LayerTensors<M>, LoadError> {
+    /// Layer `i`: its vectors read and checked, its matrices named with the config's shapes.
+    pub(crate) fn layer_tensors(&self, i: usize, c: &ModelConfig) -> Result<LayerTensors, LoadError> {
         let name = |tail: &str| format!("{}{i}.{tail}", names::LAYERS);
+        let spec = |tail: &str, rows, cols| MatrixSpec { name: name(tail), rows, cols };
         let (h, f) = (c.hidden_size, c.intermediate_size);
         let (q_dim, kv_dim) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
         let qkv_bias = match c.attn_bias {
@@ -80,30 +83,24 @@ impl Loader<'_> {
         };
         Ok(LayerTensors {
             input_norm: self.vector(&name(names::INPUT_NORM), h)?,
-            q: matrix(&name(names::Q), q_dim, h)?,
-            k: matrix(&name(names::K), kv_dim, h)?,
-            v: matrix(&name(names::V), kv_dim, h)?,
+            q: spec(names::Q, q_dim, h),
+            k: spec(names::K, kv_dim, h),
+            v: spec(names::V, kv_dim, h),
             qkv_bias,
             qk_norm,
-            o: matrix(&name(names::O), h, q_dim)?,
+            o: spec(names::O, h, q_dim),
             o_bias,
             post_norm: self.vector(&name(names::POST_NORM), h)?,
-            gate: matrix(&name(names::GATE), f, h)?,
-            up: matrix(&name(names::UP), f, h)?,
-            down: matrix(&name(names::DOWN), h, f)?,
+            gate: spec(names::GATE, f, h),
+            up: spec(names::UP, f, h),
+            down: spec(names::DOWN, h, f),
         })
     }
 
-    /// The LM head, read by `matrix`; None where it is the embedding, tied and not stored.
-    pub(crate) fn lm_head<M>(
-        &self,
-        c: &ModelConfig,
-        matrix: impl Fn(&str, usize, usize) -> Result<M, LoadError>,
-    ) -> Result<Option<M>, LoadError> {
-        match c.tie_embeddings && !self.ckpt.contains(names::LM_HEAD) {
-            true => Ok(None),
-            false => Ok(Some(matrix(names::LM_HEAD, c.vocab_size, c.hidden_size)?)),
-        }
+    /// The LM head; None where it is the embedding, tied and not stored.
+    pub(crate) fn lm_head(&self, c: &ModelConfig) -> Option<MatrixSpec> {
+        let stored = !c.tie_embeddings || self.ckpt.contains(names::LM_HEAD);
+        stored.then(|| MatrixSpec { name: names::LM_HEAD.into(), rows: c.vocab_size, cols: c.hidden_size })
     }
 
     /// GGUF's RoPE frequency factors, where the checkpoint has them.

@@ -148,6 +148,11 @@ impl Engine for TensorParallel {
         self.ranks[0].engine.kv_layout(page_tokens)
     }
 
+    fn host_bytes(&self, round_tokens: usize, lanes: usize) -> (usize, usize) {
+        let each = self.ranks.iter().map(|r| r.engine.host_bytes(round_tokens, lanes));
+        each.fold((0, 0), |(w, a), (rw, ra)| (w + rw, a + ra))
+    }
+
     fn vocab_size(&self) -> usize {
         self.ranks[0].engine.vocab_size()
     }
@@ -240,6 +245,20 @@ mod tests {
             self.member.all_reduce_sum(&mut v).map_err(|e| EngineError::Device(e.to_string()))?;
             Ok(vec![LaneRows::Logits(v.to_vec())])
         }
+
+        fn host_bytes(&self, round_tokens: usize, lanes: usize) -> (usize, usize) {
+            (1000 * (self.member.rank() + 1), round_tokens * lanes)
+        }
+    }
+
+    #[test]
+    fn test_a_host_group_reports_the_bytes_of_every_rank() {
+        let members = host_group(3);
+        let meet = members[0].rendezvous();
+        let rank =
+            |member| Rank { engine: Box::new(Adds { member, fails: Arc::default() }), threads: None, pool: None };
+        let tp = TensorParallel { ranks: members.into_iter().map(rank).collect(), pools: RankPools::Host, meet };
+        assert_eq!(tp.host_bytes(4, 2), (6000, 24));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tensorfold_kernels::cuda::{
 use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
-use crate::llama::walk::names;
+use crate::llama::walk::{names, MatrixSpec};
 use crate::llama::{rope_inv_freq, Loader};
 use crate::tp::stream::DeviceCollective;
 
@@ -223,27 +223,29 @@ impl CudaLlama {
         let started = std::time::Instant::now();
         let mut up = Uploader::new(&shared, alloc);
         let matrix = |name: &str, rows, cols| read(ckpt, &ld, name, rows, cols);
+        // Each matrix is read just before its upload, so a converted layer is never whole in host memory.
+        let spec = |m: &MatrixSpec| matrix(&m.name, m.rows, m.cols);
         let embed = up.matrices(&[matrix(names::EMBED, c.vocab_size, h)?])?;
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
-            let t = ld.layer_tensors(i, &c, matrix)?;
+            let t = ld.layer_tensors(i, &c)?;
             let (q_norm, k_norm) = t.qk_norm.map_or((None, None), |(q, k)| (Some(q), Some(k)));
-            let qkv = up.matrices(&[t.q, t.k, t.v])?;
+            let qkv = up.matrices(&[spec(&t.q)?, spec(&t.k)?, spec(&t.v)?])?;
             let qkv_bias = some_vector(&mut up, t.qkv_bias)?;
             let (q_norm, k_norm) = (some_vector(&mut up, q_norm)?, some_vector(&mut up, k_norm)?);
-            let o = up.matrices(&[t.o])?;
+            let o = up.matrices(&[spec(&t.o)?])?;
             let o_bias = some_vector(&mut up, t.o_bias)?;
-            let gate_up = up.gate_up(t.gate, t.up)?;
-            let down = up.matrices(&[t.down])?;
+            let gate_up = up.gate_up(spec(&t.gate)?, spec(&t.up)?)?;
+            let down = up.matrices(&[spec(&t.down)?])?;
             let input_norm = up.vector(&t.input_norm)?;
             let post_norm = up.vector(&t.post_norm)?;
             layers.push(GpuLayer { input_norm, qkv, qkv_bias, q_norm, k_norm, o, o_bias, post_norm, gate_up, down });
             progress(i + 1, c.num_layers);
         }
         let norm = up.vector(&ld.vector(names::NORM, h)?)?;
-        let lm_head = match ld.lm_head(&c, matrix)? {
+        let lm_head = match ld.lm_head(&c) {
             None => embed,
-            Some(head) => up.matrices(&[head])?,
+            Some(head) => up.matrices(&[spec(&head)?])?,
         };
         up.finish()?;
         let (pack_s, upload_s) = (up.pack_time.as_secs_f64(), up.upload_time.as_secs_f64());
