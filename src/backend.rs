@@ -54,7 +54,7 @@ impl Backend {
         sizing: Sizing,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<TextModel, LoadError> {
-        let model = match self {
+        Ok(match self {
             Backend::Cpu => {
                 let m = tensorfold_engine::model::load(path, progress)?;
                 let (config, weight_bytes) = (m.llama.config().clone(), m.llama.num_weight_bytes());
@@ -66,8 +66,7 @@ impl Backend {
                 tracing::info!(activation_bytes = m.llama.activation_bytes(), "GPU buffers");
                 TextModel { name: m.name, tokenizer: m.tokenizer, config, engine: Box::new(m.llama), weight_bytes }
             }
-        };
-        Ok(model)
+        })
     }
 
     /// A KV pool of `num_pages` pages of `PAGE_TOKENS` positions for `engine`, where the backend keeps KV.

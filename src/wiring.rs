@@ -57,11 +57,23 @@ impl Loaded {
         parallel: usize,
     ) -> (ModelSpec, Tokenizer, Option<Addr<DeviceActor>>) {
         let TextModel { name, tokenizer, engine, .. } = self.model;
-        let (weight_bytes, activation_bytes) = engine.host_bytes(round_tokens, parallel);
-        let kind = ModelKind::Tokens { engine, codec: None };
-        let spec = ModelSpec { name, weight_bytes, activation_bytes, kind, context };
+        let spec = tokens_spec(name, engine, None, context, round_tokens, parallel);
         (spec, tokenizer, self.backend.device_actor())
     }
+}
+
+/// A runtime model of tokens named `name`, with `codec` for speech, counting the host bytes its engine holds for
+/// rounds of `round_tokens` over `parallel` lanes.
+fn tokens_spec(
+    name: String,
+    engine: Box<dyn Engine>,
+    codec: Option<Box<dyn Codec>>,
+    context: usize,
+    round_tokens: usize,
+    parallel: usize,
+) -> ModelSpec {
+    let (weight_bytes, activation_bytes) = engine.host_bytes(round_tokens, parallel);
+    ModelSpec { name, weight_bytes, activation_bytes, context, kind: ModelKind::Tokens { engine, codec } }
 }
 
 /// The draft model at `path`, loaded where `target` runs, as a runtime model that drafts for it.
@@ -188,15 +200,8 @@ pub fn hibari_speaker(fetcher: &Fetcher) -> Result<(ModelSpec, Speaker)> {
 /// A Drama checkpoint on the CPU as a runtime model named `name`: its weights with its codec, sized for rounds of
 /// `round_tokens` over `parallel` lanes.
 pub fn drama_spec(name: String, llama: Llama, codec: SnacCodec, round_tokens: usize, parallel: usize) -> ModelSpec {
-    let (weight_bytes, activation_bytes) = llama.host_bytes(round_tokens, parallel);
     let context = llama.config().max_position;
-    ModelSpec {
-        name,
-        weight_bytes,
-        activation_bytes,
-        context,
-        kind: ModelKind::Tokens { engine: Box::new(llama), codec: Some(Box::new(codec)) },
-    }
+    tokens_spec(name, Box::new(llama), Some(Box::new(codec)), context, round_tokens, parallel)
 }
 
 /// Where a Drama checkpoint's lanes run.
@@ -231,11 +236,7 @@ pub fn drama(
     let (decoder, front) = SpeechFrontEnd::from_parts(parts, name.clone(), context);
     let codec = backend.codec(decoder).with_context(loading)?;
     let lanes = match model {
-        Some(TextModel { engine, .. }) => {
-            let (weight_bytes, activation_bytes) = engine.host_bytes(round_tokens, parallel);
-            let kind = ModelKind::Tokens { engine, codec: Some(codec) };
-            DramaLanes::Own(ModelSpec { name, weight_bytes, activation_bytes, context, kind })
-        }
+        Some(m) => DramaLanes::Own(tokens_spec(name, m.engine, Some(codec), context, round_tokens, parallel)),
         None => DramaLanes::Shared(codec),
     };
     Ok((front, lanes))
