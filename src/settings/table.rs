@@ -197,6 +197,12 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::CudaTma, None, Some("TF_CUDA_TMA"), Kind::Switch, Scope::Env)
     },
     Setting {
+        default: Some("0"),
+        help: "rounds of one token per lane attend one warp per lane and KV head, with the same bits (untried)",
+        only: Only::Cuda,
+        ..row(Key::CudaWideDecode, None, Some("TF_CUDA_WIDE_DECODE"), Kind::Switch, Scope::Env)
+    },
+    Setting {
         default: Some("1"),
         help: "kernels of narrow rounds start while the previous one ends (Hopper and later)",
         only: Only::Cuda,

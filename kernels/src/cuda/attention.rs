@@ -16,6 +16,18 @@ pub(super) fn attention_smem(d: usize) -> u32 {
     (2 * 2 * ATTENTION_SPLIT * (d + 8) * 2) as u32
 }
 
+/// Warps of a wide decode block, each its own (row, KV head) (DEC_WARPS in attention_decode.cu).
+const DECODE_WARPS: usize = 4;
+
+/// Tiles in flight in each decode warp's ring (DEC_SLOTS in attention_decode.cu).
+const DECODE_SLOTS: usize = 3;
+
+/// Dynamic shared memory of a wide decode block of head size `d`: each warp's ring of bf16 tiles, then room for
+/// its rotated q heads and one k or v head in f32 (MAX_GROUP + 1 heads of MAX_HEAD_DIM).
+pub(super) fn decode_smem(d: usize) -> u32 {
+    (DECODE_WARPS * (DECODE_SLOTS * ATTENTION_SPLIT * (d + 8) * 2 + 9 * 128 * 4)) as u32
+}
+
 /// Most consecutive positions of one lane that an attention block takes, for `group` query heads per KV head.
 pub fn attention_group_rows(group: usize) -> usize {
     ATTENTION_WARPS * (16 / group)
@@ -83,6 +95,16 @@ impl Gpu {
             Arg::Int(rope.is_some() as i32),
         ];
         let at = HEAD_DIMS.iter().position(|&d| d == a.head_dim).expect("a head size the attention kernels take");
+        if let (0, true, Some(decode)) = (a.partial, a.one_row_groups, &self.f.attention_decode) {
+            // The same arguments less the split ones (nsplit, tickets), with the group count for partial.
+            let mut args = Vec::from(args);
+            args.remove(16);
+            args.remove(9);
+            args[8] = Arg::Int(a.num_groups as i32);
+            let blocks = (a.num_groups * a.num_kv_heads).div_ceil(DECODE_WARPS);
+            let block = 32 * DECODE_WARPS as u32;
+            return self.launch(&decode[at], (blocks, 1, 1), block, decode_smem(a.head_dim), &args);
+        }
         let z = if a.partial == 0 { 1 } else { a.splits.clamp(1, a.nsplit.max(1)) };
         let block = 32 * ATTENTION_WARPS as u32;
         self.launch(&self.f.attention[at], (a.num_kv_heads, a.num_groups, z), block, attention_smem(a.head_dim), &args)
@@ -135,6 +157,8 @@ pub struct AttentionArgs {
     pub nsplit: usize,
     /// Blocks per row when splitting.
     pub splits: usize,
+    /// Every group is one row (a decode round): without `partial`, one warp per (row, KV head) attends.
+    pub one_row_groups: bool,
 }
 
 #[cfg(test)]

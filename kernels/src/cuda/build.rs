@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use super::GpuError;
 
 /// The kernel sources, one file per family of operations.
-pub const SOURCES: [(&str, &str); 11] = [
+pub const SOURCES: [(&str, &str); 12] = [
     ("prelude.cu", include_str!("../../cuda/prelude.cu")),
     ("norm.cu", include_str!("../../cuda/norm.cu")),
     ("gemm.cu", include_str!("../../cuda/gemm.cu")),
@@ -20,6 +20,7 @@ pub const SOURCES: [(&str, &str); 11] = [
     ("gemm_tma.cu", include_str!("../../cuda/gemm_tma.cu")),
     ("gemm_stream.cu", include_str!("../../cuda/gemm_stream.cu")),
     ("attention.cu", include_str!("../../cuda/attention.cu")),
+    ("attention_decode.cu", include_str!("../../cuda/attention_decode.cu")),
     ("sampling.cu", include_str!("../../cuda/sampling.cu")),
     ("pack.cu", include_str!("../../cuda/pack.cu")),
     ("conv.cu", include_str!("../../cuda/conv.cu")),
@@ -31,7 +32,7 @@ const BASE: [&str; 3] = ["prelude.cu", "norm.cu", "gemm.cu"];
 /// The programs compiled side by side: (a define, or "" for none; files after BASE, or after the prelude alone when
 /// the first is `-`). Together they hold every kernel; a kernel in two programs is taken from the first.
 const PARTS: [(&str, &[&str]); 8] = [
-    ("", &["attention.cu"]),
+    ("", &["attention.cu", "attention_decode.cu"]),
     ("", &["gemm_tiled.cu"]),
     ("", &["gemm_wgmma.cu"]),
     ("", &["sampling.cu", "pack.cu", "conv.cu"]),

@@ -88,6 +88,8 @@ struct Functions {
     qkv_rope_store: CudaFunction,
     /// `attention_d{D}` for each of `HEAD_DIMS`.
     attention: [CudaFunction; 4],
+    /// `attention_decode_d{D}` for each of `HEAD_DIMS`, where `KernelOptions::wide_decode` asks for it.
+    attention_decode: Option<[CudaFunction; 4]>,
     argmax_rows: CudaFunction,
     keep_count: CudaFunction,
     keep_write: CudaFunction,
@@ -141,11 +143,14 @@ pub struct KernelOptions {
     pub gemm: GemmTuning,
     /// Every weight whose K is a multiple of 64 multiplies on the exact Hopper family (TMA, wgmma) on an sm_90a GPU.
     pub family: bool,
+    /// Rounds of one row per lane attend one warp per (row, KV head) (attention_decode.cu), with the same bits; off
+    /// until its GPU tests (kernels/tests/gpu_attention.rs) have passed on a GPU.
+    pub wide_decode: bool,
 }
 
 impl Default for KernelOptions {
     fn default() -> Self {
-        KernelOptions { overlap: true, wgmma: false, gemm: GemmTuning::default(), family: true }
+        KernelOptions { overlap: true, wgmma: false, gemm: GemmTuning::default(), family: true, wide_decode: false }
     }
 }
 
@@ -214,6 +219,15 @@ impl Gpu {
                 load("attention_d96")?,
                 load("attention_d128")?,
             ],
+            attention_decode: match options.wide_decode {
+                true => Some([
+                    load("attention_decode_d32")?,
+                    load("attention_decode_d64")?,
+                    load("attention_decode_d96")?,
+                    load("attention_decode_d128")?,
+                ]),
+                false => None,
+            },
             argmax_rows: load("argmax_rows")?,
             keep_count: load("keep_count")?,
             keep_write: load("keep_write")?,
@@ -229,6 +243,9 @@ impl Gpu {
         let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         for (func, d) in f.attention.iter().zip(HEAD_DIMS) {
             func.set_attribute(attr, attention::attention_smem(d) as i32)?;
+        }
+        for (func, d) in f.attention_decode.iter().flatten().zip(HEAD_DIMS) {
+            func.set_attribute(attr, attention::decode_smem(d) as i32)?;
         }
         // Graph capture needs a stream of our own, not the legacy default one.
         let stream = ctx.new_stream()?;

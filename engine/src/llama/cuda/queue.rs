@@ -173,6 +173,7 @@ impl LlamaSteps for GpuPass<'_> {
             tickets: s.tickets,
             nsplit: s.nsplit,
             splits: SPLIT_BLOCKS,
+            one_row_groups: self.groups == t,
         };
         let rope = self.fuse_rope.then(|| self.rope(li));
         self.m.gpu.paged_attention(&attention, rope.as_ref())

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# One device-tool command for attention: its exactness tests, the attention bench against torch SDPA, the engine
+# alone at 64 and 256 lanes after 2,048 tokens with the wide decode kernel and without, the dense torch peer, and ncu
+# of an 8K prompt's attention and a 256-lane decode round's; results in $OUT.
+#
+# Usage (after `bash tools/device_build.sh` here, binaries gzipped in .device/, ../shared/peers/torch_dense.py
+# copied to .device/, and .device carried): bash tools/gpu_attention.sh [SECONDS]
+# SKIP (e.g. "tests ncu") leaves parts out: tests, bench, engine, peer, ncu.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUDGET="${1:-560}"
+OUT="${OUT:-./gpu-attention-out}"
+export TF_CACHE_DIR="${TF_CACHE_DIR:-/tmp/tfc}"
+CKPT="${TMPDIR:-/tmp}/tensorfold-bench/llama-3.1-8b"
+T0=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - T0 ))"; }
+left() { echo "$(( BUDGET - $(elapsed) ))"; }
+wants() { [[ " ${SKIP:-} " != *" $1 "* ]]; }
+mkdir -p "$OUT"
+(cd .device && for f in *.gz; do [[ -f "$f" ]] && gunzip -f "$f"; done; chmod +x ./* 2>/dev/null)
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt"
+if wants tests; then
+    echo "== tests at $(elapsed) s" | tee "$OUT/tests.txt"
+    for t in attention-tests cuda-tests; do
+        echo "-- $t" >> "$OUT/tests.txt"
+        timeout 240 ".device/$t" --test-threads 1 2>&1 | grep -E "^test |test result|skipped|panicked|differs" >> "$OUT/tests.txt"
+    done
+    cat "$OUT/tests.txt"
+fi
+if wants bench; then
+    echo "== attention bench at $(elapsed) s"
+    timeout 200 python3 tools/attn_bench.py --out "$OUT/bench" > "$OUT/bench.log" 2>&1
+    cp "$OUT/bench/attn_bench.md" "$OUT/attn_bench.md" 2>/dev/null
+    cat "$OUT/bench.log" | tail -20
+fi
+if wants engine; then
+    if [[ ! -f "$CKPT/config.json" ]]; then
+        echo "== checkpoint at $(elapsed) s"
+        timeout 200 python3 tools/make_checkpoint.py --shape llama-3.1-8b --out "$CKPT" --init-device cuda > "$OUT/checkpoint.log" 2>&1
+    fi
+    # engine NAME LANES SETTINGS...: tensorfold bench alone, decoding 32 tokens after 2,048 in each lane.
+    engine() {
+        local name="$1" lanes="$2"
+        shift 2
+        echo "== engine $name, $lanes lanes after 2048, at $(elapsed) s" | tee -a "$OUT/engine.txt"
+        timeout 150 env "$@" .device/tensorfold bench --device cuda --model "$CKPT" --decode-after 2048 \
+            --decode-tokens 32 --lanes "$lanes" --repeats 1 2>&1 | grep -iE "tok/s|decode|error" | tail -3 | tee -a "$OUT/engine.txt"
+    }
+    for lanes in 64 256; do
+        engine wide "$lanes" TF_CUDA_WIDE_DECODE=1
+        engine rows "$lanes" TF_CUDA_WIDE_DECODE=0
+    done
+fi
+if wants peer && (( $(left) > 120 )); then
+    echo "== dense torch peer at $(elapsed) s"
+    timeout 150 python3 .device/torch_dense.py --ctx 2048 --prefill 8192 > "$OUT/dense.txt" 2>&1
+    cat "$OUT/dense.txt"
+fi
+if wants ncu && (( $(left) > 60 )); then
+    echo "== ncu at $(elapsed) s"
+    timeout $(( $(left) - 20 )) ncu --clock-control none --set full -k regex:attention --launch-count 3 \
+        python3 tools/attn_bench.py --once --prompts 8192 --lanes 256 --ctx 2048 --out "$OUT/once" > "$OUT/ncu.txt" 2>&1
+    grep -E "attention|Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Pipe|Warp Cycles" "$OUT/ncu.txt" | head -80
+fi
+echo "== done at $(elapsed) s"
+tar czf "${TMPDIR:-/tmp}/gpu-attention.tgz" -C "$OUT" . && mv "${TMPDIR:-/tmp}/gpu-attention.tgz" "$OUT/all.tgz"
+find "$OUT" -mindepth 1 -type d -exec rm -rf {} + 2>/dev/null
+find "$OUT" -type f ! -name all.tgz ! -name '*.md' ! -name '*.txt' -delete
