@@ -8,7 +8,7 @@ Architectures: llama, mixtral (GGUF `llama` with experts), qwen2, qwen3 and qwen
 layer into ffn_{gate,up,down}_exps. Llama-family q and k rows are permuted for adjacent-pair RoPE, as llama.cpp
 expects. A tokenizer.json beside the weights becomes a `gpt2` BPE vocabulary; without one the file has none (tensorfold
 sizes the vocabulary from the embedding; llama.cpp needs one). A Qwen3-MoE layer with a dense MLP (mlp_only_layers)
-is written with ffn_gate/up/down: tensorfold reads it, llama.cpp does not. Needs numpy, safetensors and gguf.
+is written with ffn_gate/up/down: tensorfold reads it, llama.cpp does not. Needs numpy and gguf.
 """
 
 import argparse
@@ -18,7 +18,6 @@ import sys
 
 import gguf
 import numpy as np
-from safetensors import safe_open
 
 ARCH = {"llama": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3moe"}
 TYPES = {
@@ -56,7 +55,9 @@ def fail(message):
 
 
 class Tensors:
-    """Every tensor of the directory's safetensors files, read as f32 on demand."""
+    """Every tensor of the directory's safetensors files, read as f32 on demand (bf16 by its bits, as numpy has none)."""
+
+    DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
 
     def __init__(self, directory):
         files = sorted(directory.glob("*.safetensors"))
@@ -64,16 +65,26 @@ class Tensors:
             fail(f"no .safetensors file in {directory}")
         self.where = {}
         for path in files:
-            with safe_open(path, framework="numpy") as f:
-                for name in f.keys():
-                    self.where[name] = path
+            with open(path, "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(size))
+            for name, info in header.items():
+                if name != "__metadata__":
+                    self.where[name] = (path, 8 + size, info)
 
     def __contains__(self, name):
         return name in self.where
 
     def get(self, name):
-        with safe_open(self.where[name], framework="numpy") as f:
-            return np.asarray(f.get_tensor(name), dtype=np.float32)
+        path, base, info = self.where[name]
+        if info["dtype"] not in self.DTYPES:
+            fail(f"{name}: dtype {info['dtype']} is not converted (F32, F16 and BF16 are)")
+        start, end = info["data_offsets"]
+        data = np.memmap(path, dtype=np.uint8, mode="r", offset=base + start, shape=(end - start,))
+        values = np.frombuffer(data, dtype=self.DTYPES[info["dtype"]]).reshape(info["shape"])
+        if info["dtype"] == "BF16":
+            return (values.astype(np.uint32) << 16).view(np.float32)
+        return values.astype(np.float32)
 
 
 def permute_pairs(w, heads):
