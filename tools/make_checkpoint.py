@@ -24,6 +24,7 @@ import pathlib
 import numpy as np
 import torch
 import transformers
+from checkpoint_moe import check_moe_layers, expert_layout, router_gaps
 from transformers import (
     AutoModelForCausalLM,
     LlamaConfig,
@@ -281,41 +282,6 @@ def build_model(shape, dtype, seed, layers=None, init_device="cpu"):
     return model.eval()
 
 
-def moe_layer_kinds(fields):
-    """Per layer, True where its MLP is a mixture of experts, by the rule the Qwen3-MoE decoder layer applies."""
-    num_experts = fields.get("num_experts", fields.get("num_local_experts", 0))
-    dense, step = fields.get("mlp_only_layers") or [], fields.get("decoder_sparse_step", 1)
-    return [i not in dense and num_experts > 0 and (i + 1) % step == 0 for i in range(fields["num_hidden_layers"])]
-
-
-def check_moe_layers(model, fields):
-    """Fails unless the built model has the layer kinds and head size the shape asks for, so a goldens run tests them."""
-    if "num_experts_per_tok" not in fields:
-        return
-    for layer, sparse in zip(model.model.layers, moe_layer_kinds(fields), strict=True):
-        # Transformers 4 named Mixtral's block `block_sparse_moe`; 5 names it `mlp` like the others.
-        mlp = getattr(layer, "mlp", None) or getattr(layer, "block_sparse_moe")
-        assert hasattr(mlp, "experts") == sparse, f"layer kinds differ from {moe_layer_kinds(fields)}"
-    if "head_dim" in fields:
-        q = model.model.layers[0].self_attn.q_proj.weight
-        assert q.shape[0] == fields["num_attention_heads"] * fields["head_dim"], f"head_dim ignored: q is {q.shape}"
-
-
-def router_gaps(outputs, top_k):
-    """Per token, the smallest gap over the MoE layers between the k-th and the next router probability.
-
-    A gap near zero means a rounding difference may pick another expert there, so a test can loosen for it."""
-    router_logits = getattr(outputs, "router_logits", None)
-    if not router_logits:
-        return None
-    gaps = []
-    for logits in router_logits:
-        probs = torch.softmax(logits.to(torch.float32), dim=-1)
-        top = torch.topk(probs, top_k + 1, dim=-1).values
-        gaps.append(top[:, top_k - 1] - top[:, top_k])
-    return torch.stack(gaps).min(dim=0).values
-
-
 def widen_tiny_init(model, seed):
     """Gives norms and biases non-trivial values and widens the logits so greedy picks are decisive."""
     generator = torch.Generator().manual_seed(seed + 1)
@@ -499,22 +465,6 @@ def load_reference(out):
     except (TypeError, ValueError):
         model = AutoModelForCausalLM.from_pretrained(out, **kwargs)
     return model.eval()
-
-
-def expert_layout(out):
-    """How the saved file stores experts: one tensor per expert, or stacked across experts."""
-    index = out / "model.safetensors.index.json"
-    if index.exists():
-        names = json.loads(index.read_text())["weight_map"]
-    else:
-        from safetensors import safe_open
-
-        with safe_open(out / "model.safetensors", framework="pt") as f:
-            names = list(f.keys())
-    experts = [n for n in names if ".experts." in n]
-    if not experts:
-        return None
-    return "stacked" if any(n.endswith((".gate_up_proj", ".down_proj")) for n in experts) else "per-expert"
 
 
 @torch.no_grad()
