@@ -180,6 +180,12 @@ fn model_config(file: &GgufFile) -> Result<ModelConfig, LoadError> {
             return Err(fault(format!("{key} is {v:?}; only unscaled RoPE or a rope_freqs tensor is supported")));
         }
     }
+    // Mixtral's GGUF says `llama`; only its expert count tells it from a dense model.
+    if let (key, Some(v)) = meta.get("expert_count") {
+        if v.as_u64() != Some(0) {
+            return Err(fault(format!("{key} is {v:?}: mixture-of-experts GGUF files are not supported yet")));
+        }
+    }
     let hidden_size = meta.usize("embedding_length")?;
     let num_heads = meta.usize("attention.head_count")?;
     let num_kv_heads = meta.usize_or("attention.head_count_kv", Some(num_heads))?;
@@ -215,6 +221,7 @@ fn model_config(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         tie_embeddings: file.tensor("output.weight").is_none(),
         attn_bias: file.tensor("blk.0.attn_q.bias").is_some(),
         qk_norm: file.tensor("blk.0.attn_q_norm.weight").is_some(),
+        moe: None,
     })
 }
 
@@ -288,6 +295,7 @@ mod tests {
             tie_embeddings: true,
             attn_bias: true,
             qk_norm: false,
+            moe: None,
         };
         assert_eq!(config, expected);
     }
@@ -375,6 +383,11 @@ mod tests {
         }
         let err = open(&bad_heads).1.err().unwrap().to_string();
         assert!(err.contains("0 heads"), "{err}");
+
+        let experts = tiny_qwen2().kv("qwen2.expert_count", Value::U32(8));
+        let err = open(&experts).1.err().unwrap().to_string();
+        assert!(err.contains("qwen2.expert_count") && err.contains("mixture-of-experts"), "{err}");
+        assert!(open(&tiny_qwen2().kv("qwen2.expert_count", Value::U32(0))).1.is_ok());
     }
 
     #[test]

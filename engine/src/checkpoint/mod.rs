@@ -3,6 +3,7 @@
 pub mod gguf;
 pub mod gguf_model;
 pub mod hf;
+mod hf_config;
 pub mod onnx;
 
 use std::path::Path;
