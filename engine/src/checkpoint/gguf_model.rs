@@ -68,9 +68,14 @@ impl Checkpoint for GgufCheckpoint {
                 .file
                 .tensor(&stacked)
                 .ok_or_else(|| LoadError::MissingTensor { path: path.clone(), name: format!("{name} ({stacked})") })?;
-            let (rows, cols, bytes) = self.stacked(x).ok_or_else(|| {
+            let (rows, cols, part) = self.stacked(x).ok_or_else(|| {
                 fault(format!("dims {:?} ({:?}) have no expert {} of whole rows", info.dims, info.ty, x.expert))
             })?;
+            // An expert's quantized blocks stay mapped: one never chosen is never read.
+            if let Some(data) = self.file.tensor_shared(info, part.clone()).filter(|_| keeps_quantized(info.ty)) {
+                return Ok(Weight::Quant { ty: info.ty, rows, cols, data });
+            }
+            let bytes = &self.file.tensor_bytes(info)[part];
             return matrix(info.ty, rows, cols, bytes, true).map_err(fault);
         }
         let gguf = own.map_or_else(|| gguf_name(name), Cow::Owned);
@@ -90,8 +95,8 @@ impl Checkpoint for GgufCheckpoint {
 }
 
 impl GgufCheckpoint {
-    /// An expert's rows, columns and bytes within its layer's stacked tensor, where it holds that expert whole.
-    fn stacked(&self, x: &ExpertName) -> Option<(usize, usize, &[u8])> {
+    /// An expert's rows, columns and byte range within its layer's stacked tensor, where it holds that expert whole.
+    fn stacked(&self, x: &ExpertName) -> Option<(usize, usize, std::ops::Range<usize>)> {
         let info = self.file.tensor(&x.stacked_name())?;
         let [cols, rows, num_experts] = info.dims[..] else { return None };
         let (rows, cols) = (usize::try_from(rows).ok()?, usize::try_from(cols).ok()?);
@@ -99,9 +104,9 @@ impl GgufCheckpoint {
             return None;
         }
         let expert_bytes = row_bytes(info.ty, cols)?.checked_mul(rows)?;
-        let bytes = self.file.tensor_bytes(info);
         let start = x.expert.checked_mul(expert_bytes)?;
-        Some((rows, cols, bytes.get(start..start.checked_add(expert_bytes)?)?))
+        let end = start.checked_add(expert_bytes)?;
+        (end <= self.file.tensor_bytes(info).len()).then_some((rows, cols, start..end))
     }
 }
 
@@ -111,15 +116,19 @@ fn matrix(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8], may_stay_quantiz
     let Some(row_len) = row_len else {
         return Err(format!("{} bytes do not hold {rows} rows of {cols} {ty:?}", bytes.len()));
     };
-    let keep_quantized = !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
-    if keep_quantized && may_stay_quantized {
-        return Ok(Weight::Quant { ty, rows, cols, data: bytes.to_vec() });
+    if keeps_quantized(ty) && may_stay_quantized {
+        return Ok(Weight::Quant { ty, rows, cols, data: bytes.to_vec().into() });
     }
     let mut data = vec![0.0; rows * cols];
     if row_len > 0 {
         data.par_chunks_mut(cols).zip(bytes.par_chunks(row_len)).for_each(|(out, row)| dequantize(ty, row, out));
     }
     Ok(Weight::F32 { rows, cols, data })
+}
+
+/// Whether a matrix of this type stays in its blocks for the quantized kernels.
+fn keeps_quantized(ty: GgmlType) -> bool {
+    !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
 }
 
 /// One expert's projection by its Hugging Face name, `model.layers.{layer}.mlp.experts.{expert}.{kind}_proj.weight`.
@@ -326,6 +335,7 @@ fn moe_config(meta: &Meta, intermediate_size: usize, num_layers: usize) -> Resul
 mod tests {
     use super::*;
     use crate::checkpoint::gguf::write::{f32_bytes, GgufWriter};
+    use tensorfold_kernels::QuantBytes;
 
     /// Blocks of seeded bytes with every f16 scale field set to a finite value.
     fn blocks(ty: GgmlType, num_blocks: usize, scale_offsets: &[usize]) -> Vec<u8> {
@@ -532,7 +542,8 @@ mod tests {
         let gate_bytes = &writer.tensors.iter().find(|t| t.name == "blk.0.ffn_gate_exps.weight").unwrap().data;
         let gate = ckpt.weight(&expert(2, "gate_proj")).unwrap();
         let want = gate_bytes[2 * 32 * 68..3 * 32 * 68].to_vec();
-        assert!(matches!(gate, Weight::Quant { ty: GgmlType::Q8_0, rows: 32, cols: 64, ref data } if *data == want));
+        let shared = |data: &QuantBytes| matches!(data, QuantBytes::Shared { .. }) && *data == want;
+        assert!(matches!(gate, Weight::Quant { ty: GgmlType::Q8_0, rows: 32, cols: 64, ref data } if shared(data)));
         let down = ckpt.weight(&expert(3, "down_proj")).unwrap();
         let want: Vec<f32> = (3 * 64 * 32..4 * 64 * 32).map(|i| i as f32).collect();
         assert!(matches!(down, Weight::F32 { rows: 64, cols: 32, ref data } if *data == want));

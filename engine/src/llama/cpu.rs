@@ -114,7 +114,7 @@ impl Loader<'_> {
         let experts = t
             .experts
             .iter()
-            .map(|e| Ok(Expert { gate_up: concat_rows(&[read(&e.gate)?, read(&e.up)?]), down: read(&e.down)? }))
+            .map(|e| Ok(Expert { gate: read(&e.gate)?, up: read(&e.up)?, down: read(&e.down)? }))
             .collect::<Result<_, LoadError>>()?;
         Ok(MoeMlp { router, experts, top_k: t.top_k, norm_topk_prob: t.norm_topk_prob })
     }

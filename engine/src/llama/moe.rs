@@ -5,10 +5,10 @@ use tensorfold_kernels::matmul::{matmul, matmul_with, Activations};
 use tensorfold_kernels::ops;
 use tensorfold_kernels::Weight;
 
-/// One expert's gated MLP.
+/// One expert's gated MLP; gate and up stay apart so that mapped weights are not copied into one.
 pub(crate) struct Expert {
-    /// gate and up projections stacked by rows.
-    pub gate_up: Weight,
+    pub gate: Weight,
+    pub up: Weight,
     pub down: Weight,
 }
 
@@ -88,7 +88,8 @@ impl MoeMlp {
 
     /// Bytes held by the router and the experts.
     pub fn num_bytes(&self) -> usize {
-        self.router.num_bytes() + self.experts.iter().map(|e| e.gate_up.num_bytes() + e.down.num_bytes()).sum::<usize>()
+        let expert = |e: &Expert| e.gate.num_bytes() + e.up.num_bytes() + e.down.num_bytes();
+        self.router.num_bytes() + self.experts.iter().map(expert).sum::<usize>()
     }
 }
 
@@ -96,8 +97,11 @@ impl Expert {
     /// silu(x Wgate) * x Wup, then Wdown, for `num_rows` rows of `x`.
     fn forward(&self, x: &[f32], num_rows: usize, activations: Activations) -> Vec<f32> {
         let f = self.down.cols();
-        let mut gate_up = vec![0f32; num_rows * 2 * f];
-        matmul_with(x, num_rows, &self.gate_up, &mut gate_up, activations);
+        let (mut gate, mut up) = (vec![0f32; num_rows * f], vec![0f32; num_rows * f]);
+        matmul_with(x, num_rows, &self.gate, &mut gate, activations);
+        matmul_with(x, num_rows, &self.up, &mut up, activations);
+        let gate_up: Vec<f32> =
+            gate.chunks_exact(f).zip(up.chunks_exact(f)).flat_map(|(g, u)| [g, u].concat()).collect();
         let mut act = vec![0f32; num_rows * f];
         ops::swiglu(&gate_up, f, &mut act);
         let mut out = vec![0f32; num_rows * self.down.rows()];
@@ -128,7 +132,9 @@ mod tests {
     fn moe(norm_topk_prob: bool) -> MoeMlp {
         let seed = &mut 3;
         let router = matrix(seed, 12, 8);
-        let experts = (0..12).map(|_| Expert { gate_up: matrix(seed, 12, 8), down: matrix(seed, 8, 6) }).collect();
+        let expert =
+            |seed: &mut u64| Expert { gate: matrix(seed, 6, 8), up: matrix(seed, 6, 8), down: matrix(seed, 8, 6) };
+        let experts = (0..12).map(|_| expert(seed)).collect();
         MoeMlp { router, experts, top_k: 3, norm_topk_prob }
     }
 
@@ -173,11 +179,12 @@ mod tests {
             let xr = &x[row * 8..(row + 1) * 8];
             let mut want = [0f64; 8];
             for (&e, &w) in r.experts.iter().zip(&r.weights) {
-                let (gu, down) = (m.experts[e].gate_up.to_f32(), m.experts[e].down.to_f32());
+                let (gate, up, down) =
+                    (m.experts[e].gate.to_f32(), m.experts[e].up.to_f32(), m.experts[e].down.to_f32());
                 let dot = |w: &[f32]| w.iter().zip(xr).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>();
                 let act: Vec<f64> = (0..6)
                     .map(|j| {
-                        let (g, u) = (dot(&gu[j * 8..(j + 1) * 8]), dot(&gu[(6 + j) * 8..(7 + j) * 8]));
+                        let (g, u) = (dot(&gate[j * 8..(j + 1) * 8]), dot(&up[j * 8..(j + 1) * 8]));
                         g / (1.0 + (-g).exp()) * u
                     })
                     .collect();

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use tensorfold_kernels::quant::row_bytes;
-use tensorfold_kernels::Weight;
+use tensorfold_kernels::{QuantBytes, Weight};
 
 use crate::checkpoint::{Bf16Rows, Checkpoint};
 use crate::error::LoadError;
@@ -91,7 +91,7 @@ fn rows(w: Weight, lo: usize, hi: usize) -> Result<Weight, String> {
         }
         Weight::Quant { ty, cols, data, .. } => {
             let rb = row_bytes(ty, cols).ok_or("a row that is not whole blocks")?;
-            Ok(Weight::Quant { ty, rows: hi - lo, cols, data: data[lo * rb..hi * rb].to_vec() })
+            Ok(Weight::Quant { ty, rows: hi - lo, cols, data: data[lo * rb..hi * rb].to_vec().into() })
         }
     }
 }
@@ -119,7 +119,7 @@ fn cols(w: Weight, lo: usize, hi: usize) -> Result<Weight, String> {
             }
             let rb = row_bytes(ty, cols).ok_or("a row that is not whole blocks")?;
             let data = data.chunks_exact(rb).flat_map(|r| r[lo / len * bytes..hi / len * bytes].iter().copied());
-            Ok(Weight::Quant { ty, rows, cols: hi - lo, data: data.collect() })
+            Ok(Weight::Quant { ty, rows, cols: hi - lo, data: QuantBytes::Owned(data.collect()) })
         }
     }
 }
@@ -169,7 +169,7 @@ mod tests {
     fn q6k(rows: usize, cols: usize) -> Weight {
         let mut data: Vec<u8> = (0..rows * cols / 256 * 210).map(|i| (i * 37 % 251) as u8).collect();
         data.chunks_exact_mut(210).for_each(|b| b[208..210].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes()));
-        Weight::Quant { ty: GgmlType::Q6K, rows, cols, data }
+        Weight::Quant { ty: GgmlType::Q6K, rows, cols, data: data.into() }
     }
 
     #[test]
