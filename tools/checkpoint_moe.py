@@ -18,8 +18,11 @@ def check_moe_layers(model, fields):
         return
     for layer, sparse in zip(model.model.layers, moe_layer_kinds(fields), strict=True):
         # Transformers 4 named Mixtral's block `block_sparse_moe`; 5 names it `mlp` like the others.
-        mlp = getattr(layer, "mlp", None) or getattr(layer, "block_sparse_moe")
+        mlp = layer.mlp if hasattr(layer, "mlp") else layer.block_sparse_moe
         assert hasattr(mlp, "experts") == sparse, f"layer kinds differ from {moe_layer_kinds(fields)}"
+    # Stacked expert parameters are initialised by the model's own hook; an uninitialised one would show here.
+    for name, param in model.named_parameters():
+        assert torch.isfinite(param).all() and param.abs().max() < 10, f"{name} was not initialised"
     if "head_dim" in fields:
         q = model.model.layers[0].self_attn.q_proj.weight
         assert q.shape[0] == fields["num_attention_heads"] * fields["head_dim"], f"head_dim ignored: q is {q.shape}"
