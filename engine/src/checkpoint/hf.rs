@@ -430,6 +430,15 @@ mod tests {
         assert!(qwen3.config().qk_norm && qwen3.config().head_dim == 32 && qwen3.config().num_layers == 3);
         let k_norm = qwen3.weight("model.layers.2.self_attn.k_norm.weight").unwrap();
         assert_eq!((k_norm.rows(), k_norm.cols()), (1, 32));
+        let qwen3_moe = open("tiny-qwen3-moe");
+        let moe = qwen3_moe.config().moe.clone().unwrap();
+        assert_eq!((moe.num_experts, moe.num_experts_per_tok, moe.expert_intermediate_size), (16, 4, 32));
+        assert!(moe.norm_topk_prob && !qwen3_moe.config().is_moe_layer(1) && qwen3_moe.config().is_moe_layer(2));
+        assert!(qwen3_moe.contains("model.layers.2.mlp.experts.15.down_proj.weight"));
+        let mixtral = open("tiny-mixtral");
+        let moe = mixtral.config().moe.clone().unwrap();
+        assert_eq!((moe.num_experts, moe.num_experts_per_tok, moe.expert_intermediate_size), (8, 2, 48));
+        assert!(mixtral.contains("model.layers.1.block_sparse_moe.experts.7.w2.weight"));
         let llama2 = open("tiny-llama2");
         assert_eq!((llama2.config().num_kv_heads, llama2.config().rope_scaling.as_ref()), (4, None));
         assert_eq!(llama2.weight("lm_head.weight").unwrap().rows(), 512);

@@ -36,7 +36,7 @@ pub(crate) struct RawConfig {
     layer_types: Option<Vec<String>>,
     /// Mixtral attends within this window when it is set and shorter than the context.
     sliding_window: Option<usize>,
-    /// Qwen3-MoE's expert count; Mixtral calls it `num_local_experts`.
+    /// Qwen3-MoE's expert count; Mixtral, and transformers 5 for both, call it `num_local_experts`.
     num_experts: Option<usize>,
     num_local_experts: Option<usize>,
     num_experts_per_tok: Option<usize>,
@@ -140,8 +140,9 @@ impl RawConfig {
     fn moe_config(&self, arch: &str) -> Result<Option<MoeConfig>, String> {
         let (experts_key, num_experts, width_key, width, norm_topk_prob) = match arch {
             "qwen3_moe" => {
-                let width = self.moe_intermediate_size;
-                ("num_experts", self.num_experts, "moe_intermediate_size", width, self.norm_topk_prob)
+                // Transformers 5 writes Qwen3-MoE's expert count as `num_local_experts` too.
+                let num_experts = self.num_experts.or(self.num_local_experts);
+                ("num_experts", num_experts, "moe_intermediate_size", self.moe_intermediate_size, self.norm_topk_prob)
             }
             "mixtral" => {
                 let width = Some(self.intermediate_size);
@@ -239,6 +240,9 @@ mod tests {
         }
         let c = parse(&config).unwrap();
         assert!(!c.moe.as_ref().unwrap().norm_topk_prob && (0..4).all(|li| c.is_moe_layer(li)));
+        let experts = config.as_object_mut().unwrap().remove("num_experts").unwrap();
+        config["num_local_experts"] = experts;
+        assert_eq!(parse(&config).unwrap().moe.unwrap().num_experts, 6);
     }
 
     #[test]
