@@ -120,6 +120,18 @@ fn moe_model(shape: MoeShape, stacked: bool) -> (tempfile::TempDir, Llama) {
     (dir, llama)
 }
 
+/// Every mixture-of-experts model the equality tests run on: the seeded ones written here, then the transformers
+/// checkpoints of the goldens.
+fn moe_models() -> Vec<(Option<tempfile::TempDir>, Llama)> {
+    let mut models: Vec<_> =
+        MOE_SHAPES.iter().map(|&shape| moe_model(shape, false)).map(|(d, l)| (Some(d), l)).collect();
+    for shape in ["tiny-qwen3-moe", "tiny-mixtral"] {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden").join(shape);
+        models.push((None, Llama::load(&HfCheckpoint::open(&dir).unwrap()).unwrap()));
+    }
+    models
+}
+
 /// Token ids of the tiny vocabulary, different for each `salt`.
 fn moe_ids(len: usize, salt: u32) -> Vec<u32> {
     (0..len as u32).map(|i| (i * 37 + salt * 11 + 5) % 96).collect()
@@ -127,16 +139,14 @@ fn moe_ids(len: usize, salt: u32) -> Vec<u32> {
 
 #[test]
 fn test_moe_prefill_whole_equals_prefill_in_chunks() {
-    for shape in MOE_SHAPES {
-        let (_dir, llama) = moe_model(shape, false);
+    for (_dir, llama) in moe_models() {
         assert_whole_equals_chunks(&llama, &moe_ids(150, 0));
     }
 }
 
 #[test]
 fn test_moe_lane_alone_equals_lane_among_others() {
-    for shape in MOE_SHAPES {
-        let (_dir, llama) = moe_model(shape, false);
+    for (_dir, llama) in moe_models() {
         let others = [moe_ids(2, 1), moe_ids(70, 2), moe_ids(5, 3)];
         assert_alone_equals_among_others(&llama, &moe_ids(23, 4), &others);
     }
@@ -144,8 +154,7 @@ fn test_moe_lane_alone_equals_lane_among_others() {
 
 #[test]
 fn test_moe_decode_step_among_others_equals_decode_alone() {
-    for shape in MOE_SHAPES {
-        let (_dir, llama) = moe_model(shape, false);
+    for (_dir, llama) in moe_models() {
         assert_decode_alone_equals_among_others(&llama, &moe_ids(9, 5), &moe_ids(31, 6));
     }
 }
