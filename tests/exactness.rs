@@ -1,9 +1,13 @@
-//! A row's logits never depend on the other lanes of its round or on how its prompt was chunked.
+//! A row's logits never depend on the other lanes of its round or on how its prompt was chunked, for the default
+//! model and for mixture-of-experts models, whose routing must not depend on them either.
 
 mod common;
 
+use common::moe::{self, MoeShape};
 use tensorfold_engine::boundary::{Engine, KvPool, LaneRows, LaneStep, Logits};
+use tensorfold_engine::checkpoint::hf::HfCheckpoint;
 use tensorfold_engine::generate::PAGE_TOKENS;
+use tensorfold_engine::llama::Llama;
 
 fn prompt(tok: &tensorfold_engine::text::tokenizer::Tokenizer, text: &str) -> Vec<u32> {
     tok.encode(text, true).unwrap()
@@ -34,9 +38,13 @@ fn test_prefill_whole_equals_prefill_in_chunks() {
     let text = "The quick brown fox jumps over the lazy dog. Then it ran far away into the forest, where nobody could find it again for many years. ";
     let ids = prompt(&model.tokenizer, &text.repeat(3));
     assert!(ids.len() > 64, "the prompt must span several chunks of 64");
-    let whole = chunked_logits(&model.llama, &ids, ids.len());
+    assert_whole_equals_chunks(&model.llama, &ids);
+}
+
+fn assert_whole_equals_chunks(llama: &Llama, ids: &[u32]) {
+    let whole = chunked_logits(llama, ids, ids.len());
     for chunk in [1, 7, 64] {
-        assert!(same_bits(&whole, &chunked_logits(&model.llama, &ids, chunk)), "chunks of {chunk} differ");
+        assert!(same_bits(&whole, &chunked_logits(llama, ids, chunk)), "chunks of {chunk} differ");
     }
 }
 
@@ -50,20 +58,23 @@ fn test_lane_alone_equals_lane_among_others() {
         prompt(tok, "A much longer prompt about cooking pasta with tomatoes and basil"),
         prompt(tok, "1 2 3"),
     ];
-    let alone = chunked_logits(&model.llama, &probe, probe.len());
+    assert_alone_equals_among_others(&model.llama, &probe, &others);
+}
 
-    let layout = model.llama.kv_layout(PAGE_TOKENS);
+fn assert_alone_equals_among_others(llama: &Llama, probe: &[u32], others: &[Vec<u32>; 3]) {
+    let alone = chunked_logits(llama, probe, probe.len());
+    let layout = llama.kv_layout(PAGE_TOKENS);
     let mut pool = KvPool::new(layout, 64);
     let page_sets: Vec<Vec<u32>> = (0..4).map(|i| (i * 16..i * 16 + 16).rev().collect()).collect();
     let mut lanes =
         vec![LaneStep { tokens: &others[0], start_pos: 0, pages: &page_sets[0], logits: Logits::Last, keep: None }];
     lanes.push(LaneStep { tokens: &others[1], start_pos: 0, pages: &page_sets[1], logits: Logits::None, keep: None });
-    lanes.push(LaneStep { tokens: &probe, start_pos: 0, pages: &page_sets[2], logits: Logits::All, keep: None });
+    lanes.push(LaneStep { tokens: probe, start_pos: 0, pages: &page_sets[2], logits: Logits::All, keep: None });
     lanes.push(LaneStep { tokens: &others[2], start_pos: 0, pages: &page_sets[3], logits: Logits::All, keep: None });
-    let out = model.llama.run(&mut pool, &lanes);
+    let out = llama.run(&mut pool, &lanes);
     assert!(same_bits(&alone, out[2].values().unwrap()), "the probe's logits changed when batched with other lanes");
     assert_eq!(out[1], LaneRows::None);
-    assert_eq!(out[0].values().map(<[f32]>::len), Some(model.llama.vocab_size()));
+    assert_eq!(out[0].values().map(<[f32]>::len), Some(llama.vocab_size()));
 }
 
 #[test]
@@ -72,15 +83,19 @@ fn test_decode_step_among_others_equals_decode_alone() {
     let tok = &model.tokenizer;
     let a = prompt(tok, "Once upon a time");
     let b = prompt(tok, "In a galaxy far away, there lived");
-    let layout = model.llama.kv_layout(PAGE_TOKENS);
+    assert_decode_alone_equals_among_others(&model.llama, &a, &b);
+}
+
+fn assert_decode_alone_equals_among_others(llama: &Llama, a: &[u32], b: &[u32]) {
+    let layout = llama.kv_layout(PAGE_TOKENS);
     let run = |with_other: bool| {
         let mut pool = KvPool::new(layout, 8);
         let (pa, pb): (Vec<u32>, Vec<u32>) = ((0..4).collect(), (4..8).collect());
-        let mut lanes = vec![LaneStep { tokens: &a, start_pos: 0, pages: &pa, logits: Logits::None, keep: None }];
+        let mut lanes = vec![LaneStep { tokens: a, start_pos: 0, pages: &pa, logits: Logits::None, keep: None }];
         if with_other {
-            lanes.push(LaneStep { tokens: &b, start_pos: 0, pages: &pb, logits: Logits::None, keep: None });
+            lanes.push(LaneStep { tokens: b, start_pos: 0, pages: &pb, logits: Logits::None, keep: None });
         }
-        model.llama.run(&mut pool, &lanes);
+        llama.run(&mut pool, &lanes);
         let next = [42u32];
         let mut lanes =
             vec![LaneStep { tokens: &next, start_pos: a.len(), pages: &pa, logits: Logits::Last, keep: None }];
@@ -90,7 +105,67 @@ fn test_decode_step_among_others_equals_decode_alone() {
                 LaneStep { tokens: &next, start_pos: b.len(), pages: &pb, logits: Logits::Last, keep: None },
             );
         }
-        model.llama.run(&mut pool, &lanes).pop().unwrap().values().unwrap().to_vec()
+        llama.run(&mut pool, &lanes).pop().unwrap().values().unwrap().to_vec()
     };
     assert!(same_bits(&run(false), &run(true)));
+}
+
+const MOE_SHAPES: [MoeShape; 2] = [MoeShape::Qwen3Moe, MoeShape::Mixtral];
+
+/// A seeded random mixture-of-experts model; the directory lives as long as the model is used.
+fn moe_model(shape: MoeShape, stacked: bool) -> (tempfile::TempDir, Llama) {
+    let dir = tempfile::tempdir().unwrap();
+    moe::write(dir.path(), shape, stacked, 7);
+    let llama = Llama::load(&HfCheckpoint::open(dir.path()).unwrap()).unwrap();
+    (dir, llama)
+}
+
+/// Every mixture-of-experts model the equality tests run on: the seeded ones written here, then the transformers
+/// checkpoints of the goldens.
+fn moe_models() -> Vec<(Option<tempfile::TempDir>, Llama)> {
+    let mut models: Vec<_> =
+        MOE_SHAPES.iter().map(|&shape| moe_model(shape, false)).map(|(d, l)| (Some(d), l)).collect();
+    for shape in ["tiny-qwen3-moe", "tiny-mixtral"] {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden").join(shape);
+        models.push((None, Llama::load(&HfCheckpoint::open(&dir).unwrap()).unwrap()));
+    }
+    models
+}
+
+/// Token ids of the tiny vocabulary, different for each `salt`.
+fn moe_ids(len: usize, salt: u32) -> Vec<u32> {
+    (0..len as u32).map(|i| (i * 37 + salt * 11 + 5) % 96).collect()
+}
+
+#[test]
+fn test_moe_prefill_whole_equals_prefill_in_chunks() {
+    for (_dir, llama) in moe_models() {
+        assert_whole_equals_chunks(&llama, &moe_ids(150, 0));
+    }
+}
+
+#[test]
+fn test_moe_lane_alone_equals_lane_among_others() {
+    for (_dir, llama) in moe_models() {
+        let others = [moe_ids(2, 1), moe_ids(70, 2), moe_ids(5, 3)];
+        assert_alone_equals_among_others(&llama, &moe_ids(23, 4), &others);
+    }
+}
+
+#[test]
+fn test_moe_decode_step_among_others_equals_decode_alone() {
+    for (_dir, llama) in moe_models() {
+        assert_decode_alone_equals_among_others(&llama, &moe_ids(9, 5), &moe_ids(31, 6));
+    }
+}
+
+#[test]
+fn test_moe_stacked_experts_give_the_per_expert_logits() {
+    for shape in MOE_SHAPES {
+        let ids = moe_ids(40, 7);
+        let (_a, per_expert) = moe_model(shape, false);
+        let (_b, stacked) = moe_model(shape, true);
+        let want = chunked_logits(&per_expert, &ids, ids.len());
+        assert!(same_bits(&want, &chunked_logits(&stacked, &ids, ids.len())), "{shape:?}: layouts disagree");
+    }
 }

@@ -1,4 +1,4 @@
-//! Seeded random Llama 3, Llama 2, Qwen2 and Qwen3 checkpoints against transformers' f32 outputs.
+//! Seeded random Llama 3, Llama 2, Qwen2, Qwen3, Qwen3-MoE and Mixtral checkpoints against transformers' f32 outputs.
 
 use std::path::PathBuf;
 
@@ -72,5 +72,51 @@ fn test_greedy_tokens_match_the_reference_for_64_steps() {
             .unwrap();
             assert_eq!(got, want, "{shape} prompt {i}");
         }
+    }
+}
+
+/// The mixture-of-experts shapes, whose prompts also carry the router's near-ties.
+const MOE_SHAPES: [&str; 2] = ["tiny-qwen3-moe", "tiny-mixtral"];
+/// A prompt whose router has a k-th and next expert closer than this may route one token differently by rounding.
+const ROUTER_GAP_FLOOR: f32 = 1e-6;
+/// A greedy step whose best two logits are closer than this is a tie the reference cannot decide for us.
+const GREEDY_TIE: f32 = 1e-3;
+
+#[test]
+fn test_moe_logits_and_greedy_tokens_match_the_reference() {
+    let greedy = SamplingParams { temperature: 0.0, ..Default::default() };
+    for shape in MOE_SHAPES {
+        let (model, golden) = load(shape);
+        assert!(model.config().moe.is_some(), "{shape} loaded as a dense model");
+        let (mut checked, mut followed) = (0, 0);
+        for (i, p) in golden["prompts"].as_array().unwrap().iter().enumerate() {
+            let prompt = ids(&p["ids"]);
+            let near_tie = floats(&p["router_gaps"]).iter().any(|&gap| gap < ROUTER_GAP_FLOOR);
+            if !near_tie {
+                let mut seq = Sequence::new(&model, prompt.len());
+                let all = seq.extend(&prompt, 7, Logits::All).unwrap();
+                let vocab = all.len() / prompt.len();
+                let err = relative_error(&all[all.len() - vocab..], &floats(&p["last_logits"]));
+                assert!(err <= TOLERANCE, "{shape} prompt {i}: last-position relative error {err}");
+                for (pos, row) in p.get("all_logits").and_then(Value::as_array).into_iter().flatten().enumerate() {
+                    let err = relative_error(&all[pos * vocab..(pos + 1) * vocab], &floats(row));
+                    assert!(err <= TOLERANCE, "{shape} prompt {i} position {pos}: relative error {err}");
+                }
+                checked += 1;
+            }
+            let (want, margins) = (ids(&p["greedy"]), floats(&p["greedy_margins"]));
+            let decided = margins.iter().position(|&m| m < GREEDY_TIE).unwrap_or(want.len());
+            let mut seq = Sequence::new(&model, prompt.len() + want.len());
+            let mut got = Vec::new();
+            seq.generate(&prompt, want.len(), &greedy, &[], |t| {
+                got.push(t);
+                true
+            })
+            .unwrap();
+            assert_eq!(got[..decided], want[..decided], "{shape} prompt {i}");
+            followed += decided;
+        }
+        assert!(followed * 2 > 64 * golden["prompts"].as_array().unwrap().len(), "{shape}: too many greedy near-ties");
+        assert!(checked * 2 > golden["prompts"].as_array().unwrap().len(), "{shape}: too many router near-ties");
     }
 }

@@ -2,6 +2,7 @@
 """Builds seeded random checkpoints of real architectures with transformers, and golden outputs for them.
 
     make_checkpoint.py --shape tiny-qwen2 --out DIR --golden DIR/reference.json
+    make_checkpoint.py --shape tiny-qwen3-moe --out DIR --golden DIR/reference.json
     make_checkpoint.py --shape llama-3.1-8b --out DIR [--layers 2] [--init-device cuda]
 
 The goldens are computed from the checkpoint as saved, in float32 with eager attention, so a
@@ -23,20 +24,27 @@ import pathlib
 import numpy as np
 import torch
 import transformers
+from checkpoint_moe import check_moe_layers, expert_layout, router_gaps
 from transformers import (
     AutoModelForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 
 ARCHS = {
     "llama": (LlamaConfig, LlamaForCausalLM),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
+    "mixtral": (MixtralConfig, MixtralForCausalLM),
 }
 
 LLAMA3_SCALING = {
@@ -98,6 +106,39 @@ SHAPES = {
             rms_norm_eps=1e-5,
             rope_theta=10000.0,
             tie_word_embeddings=False,
+        ),
+    ),
+    # Layer 1 is dense through mlp_only_layers, so both kinds of MLP and the change between them are tested.
+    "tiny-qwen3-moe": (
+        "qwen3_moe",
+        dict(
+            TINY,
+            num_hidden_layers=3,
+            head_dim=32,
+            rms_norm_eps=1e-6,
+            rope_theta=1000000.0,
+            tie_word_embeddings=False,
+            num_experts=16,
+            num_experts_per_tok=4,
+            moe_intermediate_size=32,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[1],
+        ),
+    ),
+    # Mixtral's intermediate_size is each expert's; it always renormalizes its top-k weights.
+    "tiny-mixtral": (
+        "mixtral",
+        dict(
+            TINY,
+            num_hidden_layers=2,
+            intermediate_size=48,
+            rms_norm_eps=1e-5,
+            rope_theta=1000000.0,
+            sliding_window=None,
+            tie_word_embeddings=False,
+            num_local_experts=8,
+            num_experts_per_tok=2,
         ),
     ),
     "llama-3.1-8b": (
@@ -237,6 +278,7 @@ def build_model(shape, dtype, seed, layers=None, init_device="cpu"):
     torch.set_default_dtype(torch.float32)
     if shape.startswith("tiny-"):
         widen_tiny_init(model, seed)
+    check_moe_layers(model, fields)
     return model.eval()
 
 
@@ -415,21 +457,36 @@ def to_json(value):
     return json.dumps(value)
 
 
+def load_reference(out):
+    """The saved checkpoint in float32 with eager attention, and eager experts where transformers has the choice."""
+    kwargs = dict(dtype=torch.float32, attn_implementation="eager")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(out, experts_implementation="eager", **kwargs)
+    except (TypeError, ValueError):
+        model = AutoModelForCausalLM.from_pretrained(out, **kwargs)
+    return model.eval()
+
+
 @torch.no_grad()
 def golden(out, shape, seed):
-    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+    model = load_reference(out)
     config = model.config
+    top_k = getattr(config, "num_experts_per_tok", None)
     records = []
     for i, ids in enumerate(prompts(config.vocab_size, seed)):
-        logits = model(torch.tensor([ids])).logits[0]
+        outputs = model(torch.tensor([ids]), output_router_logits=True) if top_k else model(torch.tensor([ids]))
+        logits = outputs.logits[0]
         tokens, margins = greedy(model, ids)
         record = {"ids": ids, "last_logits": f32_list(logits[-1])}
+        gaps = router_gaps(outputs, top_k) if top_k else None
+        if gaps is not None:
+            record["router_gaps"] = f32_list(gaps)
         if i == ALL_POSITIONS_PROMPT:
             record["all_logits"] = [f32_list(row) for row in logits]
         record["greedy"] = tokens
         record["greedy_margins"] = [F32(m) for m in margins]
         records.append(record)
-    return {
+    reference = {
         "shape": shape,
         "model_type": config.model_type,
         "seed": seed,
@@ -438,13 +495,18 @@ def golden(out, shape, seed):
         "all_logits_prompt": ALL_POSITIONS_PROMPT,
         "prompts": records,
     }
+    layout = expert_layout(out)
+    if layout:
+        reference["expert_layout"] = layout
+        reference["transformers_version"] = transformers.__version__
+    return reference
 
 
 def check_round_trip(path, reference):
     """Reads the written file back and demands every logit is the same float32, bit for bit."""
     written = json.loads(path.read_text())
     for got, want in zip(written["prompts"], reference["prompts"]):
-        for key in ("last_logits", "all_logits", "greedy_margins"):
+        for key in ("last_logits", "all_logits", "greedy_margins", "router_gaps"):
             if key in want:
                 a = np.array(got[key], dtype=np.float32).reshape(-1)
                 b = np.array([v.value for v in flatten(want[key])], dtype=np.float32)

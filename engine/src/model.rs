@@ -44,6 +44,7 @@ pub fn load_cuda(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<CudaModel, LoadError> {
     let (name, ckpt, tokenizer) = open(path)?;
+    refuse_moe(ckpt.as_ref(), "the CUDA engine")?;
     Ok(CudaModel { name, llama: CudaLlama::load(ckpt.as_ref(), gpu, sizing, options, alloc, progress)?, tokenizer })
 }
 
@@ -62,6 +63,20 @@ fn open(path: &Path) -> Result<(String, Box<dyn Checkpoint>, Tokenizer), LoadErr
     let tokenizer = Tokenizer::from_gguf(ckpt.file())?;
     check_vocab(&ckpt, &tokenizer)?;
     Ok((name, Box::new(ckpt), tokenizer))
+}
+
+/// Fails naming the architecture where `engine` cannot run its mixture of experts yet.
+pub fn refuse_moe(ckpt: &dyn Checkpoint, engine: &str) -> Result<(), LoadError> {
+    match ckpt.config().moe {
+        Some(_) => {
+            let arch = &ckpt.config().arch;
+            Err(LoadError::format(
+                ckpt.path(),
+                format!("{arch} is a mixture-of-experts model, which {engine} cannot run yet"),
+            ))
+        }
+        None => Ok(()),
+    }
 }
 
 /// The tokenizer may not produce ids the embedding lacks.

@@ -29,7 +29,7 @@ fn quant_weight(ty: GgmlType, rows: usize, cols: usize, seed: &mut u64) -> Weigh
     if ty == GgmlType::Q8_0 {
         data[2] = 0x80;
     }
-    Weight::Quant { ty, rows, cols, data }
+    Weight::Quant { ty, rows, cols, data: data.into() }
 }
 
 /// Row widths to test a type on: odd and even counts of 32-element blocks, and the model's widths.

@@ -23,4 +23,4 @@ pub mod simd512;
 pub mod weight;
 
 pub use quant::GgmlType;
-pub use weight::Weight;
+pub use weight::{QuantBytes, Weight};

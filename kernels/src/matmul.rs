@@ -137,7 +137,7 @@ mod tests {
                 b[2..4].copy_from_slice(&half::f16::from_f32(lcg(seed) * 0.1).to_le_bytes());
             }
         }
-        Weight::Quant { ty, rows, cols, data }
+        Weight::Quant { ty, rows, cols, data: data.into() }
     }
 
     fn weights() -> Vec<Weight> {

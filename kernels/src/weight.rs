@@ -1,12 +1,69 @@
 //! A weight matrix, kept in the format it was loaded in.
 
+use std::ops::{Deref, Range};
+use std::sync::Arc;
+
 use crate::quant::{dequantize, GgmlType};
 
 /// A row-major matrix of `rows` x `cols`; quantized rows are whole blocks.
 #[derive(Clone, Debug)]
 pub enum Weight {
     F32 { rows: usize, cols: usize, data: Vec<f32> },
-    Quant { ty: GgmlType, rows: usize, cols: usize, data: Vec<u8> },
+    Quant { ty: GgmlType, rows: usize, cols: usize, data: QuantBytes },
+}
+
+/// A buffer that several weights may share, such as a memory-mapped file.
+pub type SharedBuffer = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// A quantized weight's bytes: its own, or a range of a shared buffer, whose pages a mapped file reads from disk
+/// only when a kernel first touches them.
+#[derive(Clone)]
+pub enum QuantBytes {
+    Owned(Vec<u8>),
+    Shared { buffer: SharedBuffer, range: Range<usize> },
+}
+
+impl QuantBytes {
+    /// `range` of `buffer`; None where the range runs past its end.
+    pub fn shared(buffer: SharedBuffer, range: Range<usize>) -> Option<QuantBytes> {
+        let fits = range.start <= range.end && range.end <= (*buffer).as_ref().len();
+        fits.then_some(QuantBytes::Shared { buffer, range })
+    }
+}
+
+impl Deref for QuantBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            QuantBytes::Owned(bytes) => bytes,
+            QuantBytes::Shared { buffer, range } => &(**buffer).as_ref()[range.clone()],
+        }
+    }
+}
+
+impl From<Vec<u8>> for QuantBytes {
+    fn from(bytes: Vec<u8>) -> Self {
+        QuantBytes::Owned(bytes)
+    }
+}
+
+impl PartialEq<[u8]> for QuantBytes {
+    fn eq(&self, other: &[u8]) -> bool {
+        **self == *other
+    }
+}
+
+impl PartialEq<Vec<u8>> for QuantBytes {
+    fn eq(&self, other: &Vec<u8>) -> bool {
+        **self == other[..]
+    }
+}
+
+impl std::fmt::Debug for QuantBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = if matches!(self, QuantBytes::Owned(_)) { "owned" } else { "shared" };
+        write!(f, "{} {kind} bytes", self.len())
+    }
 }
 
 impl Weight {
@@ -67,7 +124,7 @@ pub fn concat_rows(parts: &[Weight]) -> Weight {
                 Weight::Quant { data, .. } => data.iter().copied(),
                 Weight::F32 { .. } => unreachable!(),
             });
-            Weight::Quant { ty, rows, cols, data: data.collect() }
+            Weight::Quant { ty, rows, cols, data: QuantBytes::Owned(data.collect()) }
         }
         _ => Weight::F32 { rows, cols, data: parts.iter().flat_map(|w| w.to_f32()).collect() },
     }

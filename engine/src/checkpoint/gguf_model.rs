@@ -10,10 +10,10 @@ use tensorfold_kernels::{GgmlType, Weight};
 use crate::checkpoint::gguf::{GgufFile, Value};
 use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
-use crate::llama::config::ModelConfig;
+use crate::llama::config::{ModelConfig, MoeConfig};
 
-/// Architectures whose GGUF layout this loader knows.
-const ARCHITECTURES: [&str; 3] = ["llama", "qwen2", "qwen3"];
+/// Architectures whose GGUF layout this loader knows; Mixtral is `llama` with experts.
+const ARCHITECTURES: [&str; 4] = ["llama", "qwen2", "qwen3", "qwen3moe"];
 
 /// A memory-mapped GGUF checkpoint whose tensors are found by Hugging Face name, else by GGUF name.
 ///
@@ -49,13 +49,36 @@ impl Checkpoint for GgufCheckpoint {
     }
 
     fn contains(&self, name: &str) -> bool {
-        self.file.tensor(&gguf_name(name)).is_some()
+        match ExpertName::parse(name) {
+            Some(x) => self.file.tensor(&x.own_name()).is_some() || self.stacked(&x).is_some(),
+            None => self.file.tensor(&gguf_name(name)).is_some(),
+        }
     }
 
-    /// Q4_0, Q4_1 and Q8_0 matrices stay quantized; every other tensor, and every 1-D one, is f32.
+    /// Q4_0, Q4_1 and Q8_0 matrices stay quantized; every other tensor, and every 1-D one, is f32. An expert's
+    /// matrix is its own tensor in older files, else its slice of the layer's stacked `ffn_*_exps`.
     fn weight(&self, name: &str) -> Result<Weight, LoadError> {
         let path = &self.file.path;
-        let gguf = gguf_name(name);
+        let expert = ExpertName::parse(name);
+        let own = expert.as_ref().map(ExpertName::own_name).filter(|own| self.file.tensor(own).is_some());
+        if let (Some(x), None) = (&expert, &own) {
+            let stacked = x.stacked_name();
+            let fault = |fault: String| LoadError::Tensor { path: path.clone(), name: stacked.clone(), fault };
+            let info = self
+                .file
+                .tensor(&stacked)
+                .ok_or_else(|| LoadError::MissingTensor { path: path.clone(), name: format!("{name} ({stacked})") })?;
+            let (rows, cols, part) = self.stacked(x).ok_or_else(|| {
+                fault(format!("dims {:?} ({:?}) have no expert {} of whole rows", info.dims, info.ty, x.expert))
+            })?;
+            // An expert's quantized blocks stay mapped: one never chosen is never read.
+            if let Some(data) = self.file.tensor_shared(info, part.clone()).filter(|_| keeps_quantized(info.ty)) {
+                return Ok(Weight::Quant { ty: info.ty, rows, cols, data });
+            }
+            let bytes = &self.file.tensor_bytes(info)[part];
+            return matrix(info.ty, rows, cols, bytes, true).map_err(fault);
+        }
+        let gguf = own.map_or_else(|| gguf_name(name), Cow::Owned);
         let info = self.file.tensor(&gguf).ok_or_else(|| LoadError::MissingTensor {
             path: path.clone(),
             name: if gguf == name { name.into() } else { format!("{name} ({gguf})") },
@@ -67,21 +90,77 @@ impl Checkpoint for GgufCheckpoint {
             [cols, rows] => (to_usize(rows)?, to_usize(cols)?),
             ref dims => return Err(fault(format!("dims {dims:?} are not 1-D or 2-D"))),
         };
-        let bytes = self.file.tensor_bytes(info);
-        let row_len = row_bytes(info.ty, cols).filter(|&n| n.checked_mul(rows) == Some(bytes.len()));
-        let Some(row_len) = row_len else {
-            return Err(fault(format!("{} bytes do not hold {rows} rows of {cols} {:?}", bytes.len(), info.ty)));
+        matrix(info.ty, rows, cols, self.file.tensor_bytes(info), info.dims.len() == 2).map_err(fault)
+    }
+}
+
+impl GgufCheckpoint {
+    /// An expert's rows, columns and byte range within its layer's stacked tensor, where it holds that expert whole.
+    fn stacked(&self, x: &ExpertName) -> Option<(usize, usize, std::ops::Range<usize>)> {
+        let info = self.file.tensor(&x.stacked_name())?;
+        let [cols, rows, num_experts] = info.dims[..] else { return None };
+        let (rows, cols) = (usize::try_from(rows).ok()?, usize::try_from(cols).ok()?);
+        if x.expert as u64 >= num_experts {
+            return None;
+        }
+        let expert_bytes = row_bytes(info.ty, cols)?.checked_mul(rows)?;
+        let start = x.expert.checked_mul(expert_bytes)?;
+        let end = start.checked_add(expert_bytes)?;
+        (end <= self.file.tensor_bytes(info).len()).then_some((rows, cols, start..end))
+    }
+}
+
+/// A matrix from its stored bytes: quantized kinds kept as they are where `may_stay_quantized`, else f32.
+fn matrix(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8], may_stay_quantized: bool) -> Result<Weight, String> {
+    let row_len = row_bytes(ty, cols).filter(|&n| n.checked_mul(rows) == Some(bytes.len()));
+    let Some(row_len) = row_len else {
+        return Err(format!("{} bytes do not hold {rows} rows of {cols} {ty:?}", bytes.len()));
+    };
+    if keeps_quantized(ty) && may_stay_quantized {
+        return Ok(Weight::Quant { ty, rows, cols, data: bytes.to_vec().into() });
+    }
+    let mut data = vec![0.0; rows * cols];
+    if row_len > 0 {
+        data.par_chunks_mut(cols).zip(bytes.par_chunks(row_len)).for_each(|(out, row)| dequantize(ty, row, out));
+    }
+    Ok(Weight::F32 { rows, cols, data })
+}
+
+/// Whether a matrix of this type stays in its blocks for the quantized kernels.
+fn keeps_quantized(ty: GgmlType) -> bool {
+    !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
+
+/// One expert's projection by its Hugging Face name, `model.layers.{layer}.mlp.experts.{expert}.{kind}_proj.weight`.
+struct ExpertName {
+    layer: usize,
+    expert: usize,
+    /// llama.cpp's word for the projection: gate, up or down.
+    kind: &'static str,
+}
+
+impl ExpertName {
+    fn parse(hf: &str) -> Option<ExpertName> {
+        let rest = hf.strip_prefix("model.layers.")?;
+        let (layer, rest) = rest.split_once(".mlp.experts.")?;
+        let (expert, proj) = rest.split_once('.')?;
+        let kind = match proj {
+            "gate_proj.weight" => "gate",
+            "up_proj.weight" => "up",
+            "down_proj.weight" => "down",
+            _ => return None,
         };
-        let keep_quantized = !matches!(info.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
-        if keep_quantized && info.dims.len() == 2 {
-            return Ok(Weight::Quant { ty: info.ty, rows, cols, data: bytes.to_vec() });
-        }
-        let mut data = vec![0.0; rows * cols];
-        if row_len > 0 {
-            let ty = info.ty;
-            data.par_chunks_mut(cols).zip(bytes.par_chunks(row_len)).for_each(|(out, row)| dequantize(ty, row, out));
-        }
-        Ok(Weight::F32 { rows, cols, data })
+        Some(ExpertName { layer: layer.parse().ok()?, expert: expert.parse().ok()?, kind })
+    }
+
+    /// The expert's own tensor, as older Mixtral files store it.
+    fn own_name(&self) -> String {
+        format!("blk.{}.ffn_{}.{}.weight", self.layer, self.kind, self.expert)
+    }
+
+    /// The layer's tensor of every expert's matrix of this kind, experts slowest.
+    fn stacked_name(&self) -> String {
+        format!("blk.{}.ffn_{}_exps.weight", self.layer, self.kind)
     }
 }
 
@@ -116,6 +195,7 @@ fn layer_name(hf: &str) -> Option<String> {
         ("mlp.gate_proj", "weight") => "ffn_gate",
         ("mlp.up_proj", "weight") => "ffn_up",
         ("mlp.down_proj", "weight") => "ffn_down",
+        ("mlp.gate", "weight") => "ffn_gate_inp",
         _ => return None,
     };
     matches!(kind, "weight" | "bias").then(|| format!("blk.{layer}.{gguf}.{kind}"))
@@ -197,12 +277,14 @@ fn model_config(file: &GgufFile) -> Result<ModelConfig, LoadError> {
     let vocab_size = embedding_rows.or(num_tokens).ok_or_else(|| {
         fault("no token_embd.weight matrix and no tokenizer.ggml.tokens to size the vocabulary".into())
     })?;
+    let intermediate_size = meta.usize("feed_forward_length")?;
+    let num_layers = meta.usize("block_count")?;
     Ok(ModelConfig {
         arch: arch.to_string(),
         vocab_size,
         hidden_size,
-        intermediate_size: meta.usize("feed_forward_length")?,
-        num_layers: meta.usize("block_count")?,
+        intermediate_size,
+        num_layers,
         num_heads,
         num_kv_heads,
         head_dim,
@@ -215,13 +297,45 @@ fn model_config(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         tie_embeddings: file.tensor("output.weight").is_none(),
         attn_bias: file.tensor("blk.0.attn_q.bias").is_some(),
         qk_norm: file.tensor("blk.0.attn_q_norm.weight").is_some(),
+        moe: moe_config(&meta, intermediate_size, num_layers)?,
     })
+}
+
+/// The experts where the file has an expert count (Mixtral under `llama`, Qwen3-MoE); a layer without a router
+/// (`ffn_gate_inp`) keeps its dense MLP.
+fn moe_config(meta: &Meta, intermediate_size: usize, num_layers: usize) -> Result<Option<MoeConfig>, LoadError> {
+    let num_experts = meta.usize_or("expert_count", Some(0))?;
+    if num_experts == 0 {
+        return Ok(None);
+    }
+    let num_experts_per_tok = meta.usize("expert_used_count")?;
+    if num_experts_per_tok == 0 || num_experts_per_tok > num_experts {
+        let (key, _) = meta.get("expert_used_count");
+        return Err(meta.fault(format!("{key} {num_experts_per_tok} is not between 1 and {num_experts}")));
+    }
+    // Qwen3-MoE names its experts' width apart from the dense MLP's; Mixtral's experts are the MLP's width.
+    let expert_intermediate_size = meta.usize_or("expert_feed_forward_length", Some(intermediate_size))?;
+    // llama.cpp renormalizes the chosen weights of both unless the file says otherwise.
+    let norm_topk_prob = match meta.get("expert_weights_norm") {
+        (_, Some(v)) => v.as_bool().ok_or_else(|| meta.fault(format!("expert_weights_norm is {v:?}")))?,
+        (_, None) => true,
+    };
+    let has_router = |li: usize| meta.file.tensor(&format!("blk.{li}.ffn_gate_inp.weight")).is_some();
+    Ok(Some(MoeConfig {
+        num_experts,
+        num_experts_per_tok,
+        expert_intermediate_size,
+        norm_topk_prob,
+        dense_layers: (0..num_layers).filter(|&li| !has_router(li)).collect(),
+        sparse_step: 1,
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::checkpoint::gguf::write::{f32_bytes, GgufWriter};
+    use tensorfold_kernels::QuantBytes;
 
     /// Blocks of seeded bytes with every f16 scale field set to a finite value.
     fn blocks(ty: GgmlType, num_blocks: usize, scale_offsets: &[usize]) -> Vec<u8> {
@@ -288,6 +402,7 @@ mod tests {
             tie_embeddings: true,
             attn_bias: true,
             qk_norm: false,
+            moe: None,
         };
         assert_eq!(config, expected);
     }
@@ -375,6 +490,74 @@ mod tests {
         }
         let err = open(&bad_heads).1.err().unwrap().to_string();
         assert!(err.contains("0 heads"), "{err}");
+
+        let experts = tiny_qwen2().kv("qwen2.expert_count", Value::U32(8)).kv("qwen2.expert_used_count", Value::U32(9));
+        let err = open(&experts).1.err().unwrap().to_string();
+        assert!(err.contains("qwen2.expert_used_count 9 is not between 1 and 8"), "{err}");
+        let err = open(&tiny_qwen2().kv("qwen2.expert_count", Value::U32(8))).1.err().unwrap().to_string();
+        assert!(err.contains("missing metadata key qwen2.expert_used_count"), "{err}");
+        assert!(open(&tiny_qwen2().kv("qwen2.expert_count", Value::U32(0))).1.unwrap().config().moe.is_none());
+    }
+
+    /// Qwen3-MoE metadata over two layers, the second without a router; 4 experts 32 wide over width 64.
+    fn tiny_qwen3moe() -> GgufWriter {
+        let u32v = Value::U32;
+        let down: Vec<f32> = (0..4 * 64 * 32).map(|i| i as f32).collect();
+        GgufWriter::new()
+            .kv("general.architecture", Value::String("qwen3moe".into()))
+            .kv("qwen3moe.block_count", u32v(2))
+            .kv("qwen3moe.embedding_length", u32v(64))
+            .kv("qwen3moe.feed_forward_length", u32v(96))
+            .kv("qwen3moe.expert_feed_forward_length", u32v(32))
+            .kv("qwen3moe.expert_count", u32v(4))
+            .kv("qwen3moe.expert_used_count", u32v(2))
+            .kv("qwen3moe.attention.head_count", u32v(4))
+            .kv("qwen3moe.attention.layer_norm_rms_epsilon", Value::F32(1e-6))
+            .kv("qwen3moe.context_length", u32v(256))
+            .tensor("token_embd.weight", &[64, 8], GgmlType::F32, f32_bytes(&[0.5; 512]))
+            .tensor("blk.0.ffn_gate_inp.weight", &[64, 4], GgmlType::F32, f32_bytes(&[0.25; 256]))
+            .tensor("blk.0.ffn_gate_exps.weight", &[64, 32, 4], GgmlType::Q8_0, blocks(GgmlType::Q8_0, 256, &[0]))
+            .tensor("blk.0.ffn_down_exps.weight", &[32, 64, 4], GgmlType::F32, f32_bytes(&down))
+    }
+
+    #[test]
+    fn test_moe_metadata_gives_the_experts_and_the_dense_layers() {
+        let (_dir, ckpt) = open(&tiny_qwen3moe());
+        let ckpt = ckpt.unwrap();
+        let c = ckpt.config();
+        let moe = c.moe.as_ref().unwrap();
+        assert_eq!((moe.num_experts, moe.num_experts_per_tok, moe.expert_intermediate_size), (4, 2, 32));
+        assert!(moe.norm_topk_prob && c.is_moe_layer(0) && !c.is_moe_layer(1) && !c.rope_interleaved);
+        assert_eq!(c.intermediate_size, 96);
+        let no_norm = tiny_qwen3moe().kv("qwen3moe.expert_weights_norm", Value::Bool(false));
+        assert!(!open(&no_norm).1.unwrap().config().moe.as_ref().unwrap().norm_topk_prob);
+    }
+
+    #[test]
+    fn test_an_expert_is_its_slice_of_the_stacked_tensor() {
+        let writer = tiny_qwen3moe();
+        let (_dir, ckpt) = open(&writer);
+        let ckpt = ckpt.unwrap();
+        let expert = |e: usize, proj: &str| format!("model.layers.0.mlp.experts.{e}.{proj}.weight");
+        let gate_bytes = &writer.tensors.iter().find(|t| t.name == "blk.0.ffn_gate_exps.weight").unwrap().data;
+        let gate = ckpt.weight(&expert(2, "gate_proj")).unwrap();
+        let want = gate_bytes[2 * 32 * 68..3 * 32 * 68].to_vec();
+        let shared = |data: &QuantBytes| matches!(data, QuantBytes::Shared { .. }) && *data == want;
+        assert!(matches!(gate, Weight::Quant { ty: GgmlType::Q8_0, rows: 32, cols: 64, ref data } if shared(data)));
+        let down = ckpt.weight(&expert(3, "down_proj")).unwrap();
+        let want: Vec<f32> = (3 * 64 * 32..4 * 64 * 32).map(|i| i as f32).collect();
+        assert!(matches!(down, Weight::F32 { rows: 64, cols: 32, ref data } if *data == want));
+        assert!(ckpt.contains(&expert(3, "gate_proj")) && !ckpt.contains(&expert(4, "gate_proj")));
+        assert!(!ckpt.contains(&expert(0, "up_proj")) && ckpt.contains("model.layers.0.mlp.gate.weight"));
+        let err = ckpt.weight(&expert(0, "up_proj")).unwrap_err().to_string();
+        assert!(err.contains("blk.0.ffn_up_exps.weight"), "{err}");
+        let err = ckpt.weight(&expert(4, "gate_proj")).unwrap_err().to_string();
+        assert!(err.contains("no expert 4"), "{err}");
+        // Older Mixtral files keep each expert's matrix on its own.
+        let own = tiny_qwen3moe().tensor("blk.0.ffn_up.1.weight", &[64, 32], GgmlType::F32, f32_bytes(&[2.0; 2048]));
+        let (_dir, ckpt) = open(&own);
+        let up = ckpt.unwrap().weight(&expert(1, "up_proj")).unwrap();
+        assert!(matches!(up, Weight::F32 { rows: 32, cols: 64, ref data } if data[5] == 2.0));
     }
 
     #[test]

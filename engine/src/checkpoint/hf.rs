@@ -11,13 +11,17 @@ use safetensors::{SafeTensorError, SafeTensors};
 use serde::Deserialize;
 use tensorfold_kernels::Weight;
 
+use crate::checkpoint::hf_config::RawConfig;
 use crate::checkpoint::{Bf16Rows, Checkpoint};
 use crate::error::LoadError;
-use crate::llama::config::{Llama3RopeScaling, ModelConfig};
+use crate::llama::config::ModelConfig;
 
 const CONFIG_FILE: &str = "config.json";
 const SINGLE_FILE: &str = "model.safetensors";
 const INDEX_FILE: &str = "model.safetensors.index.json";
+/// The endings of transformers 5's stacked expert tensors.
+const STACKED_GATE_UP: &str = ".experts.gate_up_proj";
+const STACKED_DOWN: &str = ".experts.down_proj";
 
 /// A Hugging Face model directory, its tensors mapped from disk and converted on demand.
 pub struct HfCheckpoint {
@@ -45,48 +49,6 @@ struct TensorEntry {
     info: TensorInfo,
 }
 
-/// `config.json` as written by transformers; only the fields the engine reads.
-#[derive(Deserialize)]
-struct RawConfig {
-    model_type: Option<String>,
-    vocab_size: usize,
-    hidden_size: usize,
-    intermediate_size: usize,
-    num_hidden_layers: usize,
-    num_attention_heads: usize,
-    num_key_value_heads: Option<usize>,
-    head_dim: Option<usize>,
-    rms_norm_eps: Option<f64>,
-    rope_theta: Option<f64>,
-    rope_scaling: Option<RawRopeScaling>,
-    /// Transformers 5 writes `rope_theta` and the scaling together under this key.
-    rope_parameters: Option<RawRopeScaling>,
-    max_position_embeddings: usize,
-    #[serde(default)]
-    tie_word_embeddings: bool,
-    #[serde(default)]
-    attention_bias: bool,
-    #[serde(default)]
-    mlp_bias: bool,
-    hidden_act: Option<String>,
-    #[serde(default)]
-    use_sliding_window: bool,
-    layer_types: Option<Vec<String>>,
-}
-
-#[derive(Deserialize)]
-struct RawRopeScaling {
-    rope_theta: Option<f64>,
-    rope_type: Option<String>,
-    /// Older transformers releases wrote `type` instead of `rope_type`.
-    #[serde(rename = "type")]
-    legacy_type: Option<String>,
-    factor: Option<f32>,
-    low_freq_factor: Option<f32>,
-    high_freq_factor: Option<f32>,
-    original_max_position_embeddings: Option<usize>,
-}
-
 #[derive(Deserialize)]
 struct RawIndex {
     weight_map: HashMap<String, String>,
@@ -110,6 +72,7 @@ impl HfCheckpoint {
         } else {
             return Err(LoadError::format(dir, format!("neither {SINGLE_FILE} nor {INDEX_FILE} is present")));
         }
+        tensors.unstack_experts()?;
         let config = raw_config.into_model_config(&config_path, |name| tensors.by_name.contains_key(name))?;
         Ok(HfCheckpoint { dir: dir.to_path_buf(), config, tensors })
     }
@@ -130,6 +93,54 @@ impl TensorTable {
             self.by_name.insert(name, TensorEntry { shard, info: info.clone() });
         }
         self.shards.push(Shard { path, mmap, data_start: 8 + header_len });
+        Ok(())
+    }
+
+    /// Names each expert's slice of stacked expert tensors (transformers 5's `experts.gate_up_proj`, experts x
+    /// [gate; up] x hidden, and `experts.down_proj`) as published per-expert checkpoints name it, so loaders read
+    /// one layout.
+    fn unstack_experts(&mut self) -> Result<(), LoadError> {
+        let stacked: Vec<String> = self
+            .by_name
+            .keys()
+            .filter(|n| n.ends_with(STACKED_GATE_UP) || n.ends_with(STACKED_DOWN))
+            .cloned()
+            .collect();
+        for name in stacked {
+            let TensorEntry { shard, info } = &self.by_name[&name];
+            let (shard, info) = (*shard, info.clone());
+            let fault =
+                |fault: String| LoadError::Tensor { path: self.shards[shard].path.clone(), name: name.clone(), fault };
+            let [num_experts, rows, cols] = info.shape[..] else {
+                return Err(fault(format!("shape {:?} is not experts x rows x cols", info.shape)));
+            };
+            let (prefix, parts) = match name.strip_suffix(STACKED_GATE_UP) {
+                Some(_) if rows % 2 != 0 => return Err(fault(format!("{rows} rows do not split into gate and up"))),
+                Some(prefix) => (prefix, vec![("gate_proj.weight", rows / 2), ("up_proj.weight", rows / 2)]),
+                None => (name.strip_suffix(STACKED_DOWN).unwrap_or(&name), vec![("down_proj.weight", rows)]),
+            };
+            let (start, end) = info.data_offsets;
+            let expert_bytes = rows * cols * info.dtype.size();
+            if end - start != num_experts * expert_bytes {
+                return Err(fault(format!("holds {} bytes, not {num_experts} x {rows} x {cols}", end - start)));
+            }
+            let mut entries = Vec::with_capacity(num_experts * parts.len());
+            for e in 0..num_experts {
+                let mut at = start + e * expert_bytes;
+                for &(tail, part_rows) in &parts {
+                    let part_name = format!("{prefix}.experts.{e}.{tail}");
+                    if self.by_name.contains_key(&part_name) {
+                        return Err(fault(format!("{part_name} is also stored on its own")));
+                    }
+                    let len = part_rows * cols * info.dtype.size();
+                    let info =
+                        TensorInfo { dtype: info.dtype, shape: vec![part_rows, cols], data_offsets: (at, at + len) };
+                    entries.push((part_name, TensorEntry { shard, info }));
+                    at += len;
+                }
+            }
+            self.by_name.extend(entries);
+        }
         Ok(())
     }
 }
@@ -239,93 +250,6 @@ fn describe_safetensors_error(err: &SafeTensorError) -> String {
             format!("bad header: tensor {name} has bad offsets")
         }
         other => format!("bad safetensors header: {other:?}"),
-    }
-}
-
-impl RawConfig {
-    /// The engine's config, asking the tensors what `config.json` leaves implicit.
-    fn into_model_config(self, path: &Path, has_tensor: impl Fn(&str) -> bool) -> Result<ModelConfig, LoadError> {
-        let bad = |fault: String| LoadError::format(path, fault);
-        let arch = self.model_type.ok_or_else(|| bad("missing field `model_type`".into()))?;
-        if !matches!(arch.as_str(), "llama" | "qwen2" | "qwen3") {
-            return Err(bad(format!("unsupported model_type {arch:?} (expected llama, qwen2 or qwen3)")));
-        }
-        let unsupported = [
-            (self.hidden_act.as_ref().is_some_and(|act| act != "silu"), "hidden_act other than silu"),
-            (self.mlp_bias, "mlp_bias = true"),
-            (self.use_sliding_window, "use_sliding_window = true"),
-            (
-                self.layer_types.iter().flatten().any(|ty| ty != "full_attention"),
-                "a layer type other than full_attention",
-            ),
-        ];
-        if let Some((_, what)) = unsupported.iter().find(|(present, _)| *present) {
-            return Err(bad(format!("{what} is not supported")));
-        }
-        let num_heads = self.num_attention_heads;
-        let num_kv_heads = self.num_key_value_heads.unwrap_or(num_heads);
-        if num_heads == 0 || num_kv_heads == 0 || !num_heads.is_multiple_of(num_kv_heads) {
-            let fault = format!("{num_heads} attention heads over {num_kv_heads} kv heads");
-            return Err(bad(format!("{fault}: heads must be a positive multiple of kv heads")));
-        }
-        let head_dim = match self.head_dim {
-            Some(head_dim) => head_dim,
-            None if self.hidden_size.is_multiple_of(num_heads) => self.hidden_size / num_heads,
-            None => {
-                return Err(bad(format!(
-                    "hidden_size {} is not a multiple of num_attention_heads {num_heads}",
-                    self.hidden_size
-                )))
-            }
-        };
-        let sizes = [self.hidden_size, self.intermediate_size, head_dim, self.vocab_size, self.num_hidden_layers];
-        if sizes.contains(&0) {
-            return Err(bad("sizes, layer count and vocab_size must be positive".into()));
-        }
-        let rope_theta = self.rope_parameters.as_ref().and_then(|rope| rope.rope_theta).or(self.rope_theta);
-        let rope_scaling = match self.rope_scaling.or(self.rope_parameters) {
-            Some(scaling) => parse_rope_scaling(scaling).map_err(bad)?,
-            None => None,
-        };
-        Ok(ModelConfig {
-            arch,
-            vocab_size: self.vocab_size,
-            hidden_size: self.hidden_size,
-            intermediate_size: self.intermediate_size,
-            num_layers: self.num_hidden_layers,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-            rms_eps: self.rms_norm_eps.unwrap_or(1e-6) as f32,
-            rope_theta: rope_theta.unwrap_or(10_000.0) as f32,
-            rope_scaling,
-            rope_interleaved: false,
-            max_position: self.max_position_embeddings,
-            tie_embeddings: self.tie_word_embeddings,
-            // Qwen2 always has q/k/v bias without saying so in its config.
-            attn_bias: self.attention_bias || has_tensor("model.layers.0.self_attn.q_proj.bias"),
-            qk_norm: has_tensor("model.layers.0.self_attn.q_norm.weight"),
-        })
-    }
-}
-
-fn parse_rope_scaling(raw: RawRopeScaling) -> Result<Option<Llama3RopeScaling>, String> {
-    // Guessing a missing type (or a nested per-layer layout) would silently mis-rotate every position.
-    let rope_type = raw.rope_type.or(raw.legacy_type).ok_or("rope_scaling / rope_parameters has no rope_type")?;
-    match rope_type.as_str() {
-        "default" => Ok(None),
-        "llama3" => {
-            let missing = |field: &str| format!("rope_scaling (llama3) is missing `{field}`");
-            Ok(Some(Llama3RopeScaling {
-                factor: raw.factor.ok_or_else(|| missing("factor"))?,
-                low_freq_factor: raw.low_freq_factor.ok_or_else(|| missing("low_freq_factor"))?,
-                high_freq_factor: raw.high_freq_factor.ok_or_else(|| missing("high_freq_factor"))?,
-                original_max_position: raw
-                    .original_max_position_embeddings
-                    .ok_or_else(|| missing("original_max_position_embeddings"))?,
-            }))
-        }
-        other => Err(format!("unsupported rope_scaling type {other:?} (only llama3 is supported)")),
     }
 }
 
@@ -506,6 +430,15 @@ mod tests {
         assert!(qwen3.config().qk_norm && qwen3.config().head_dim == 32 && qwen3.config().num_layers == 3);
         let k_norm = qwen3.weight("model.layers.2.self_attn.k_norm.weight").unwrap();
         assert_eq!((k_norm.rows(), k_norm.cols()), (1, 32));
+        let qwen3_moe = open("tiny-qwen3-moe");
+        let moe = qwen3_moe.config().moe.clone().unwrap();
+        assert_eq!((moe.num_experts, moe.num_experts_per_tok, moe.expert_intermediate_size), (16, 4, 32));
+        assert!(moe.norm_topk_prob && !qwen3_moe.config().is_moe_layer(1) && qwen3_moe.config().is_moe_layer(2));
+        assert!(qwen3_moe.contains("model.layers.2.mlp.experts.15.down_proj.weight"));
+        let mixtral = open("tiny-mixtral");
+        let moe = mixtral.config().moe.clone().unwrap();
+        assert_eq!((moe.num_experts, moe.num_experts_per_tok, moe.expert_intermediate_size), (8, 2, 48));
+        assert!(mixtral.contains("model.layers.1.block_sparse_moe.experts.7.w2.weight"));
         let llama2 = open("tiny-llama2");
         assert_eq!((llama2.config().num_kv_heads, llama2.config().rope_scaling.as_ref()), (4, None));
         assert_eq!(llama2.weight("lm_head.weight").unwrap().rows(), 512);
@@ -572,6 +505,43 @@ mod tests {
             std::fs::write(&path, &bytes[..len]).unwrap();
             assert_mentions(&open_err(dir.path()), &[SINGLE_FILE, "truncated"]);
         }
+    }
+
+    #[test]
+    fn test_stacked_experts_read_as_per_expert_matrices() {
+        // Two experts of [gate; up] 2+2 rows by 3 columns, and down 3 rows by 2 columns.
+        let gate_up: Vec<f32> = (0..24).map(|v| v as f32).collect();
+        let down: Vec<f32> = (0..12).map(|v| -(v as f32)).collect();
+        let tensors = [
+            f32_tensor("model.layers.0.mlp.experts.gate_up_proj", &[2, 4, 3], &gate_up),
+            f32_tensor("model.layers.0.mlp.experts.down_proj", &[2, 3, 2], &down),
+        ];
+        let ckpt = HfCheckpoint::open(checkpoint_dir(&llama_config(), &tensors).path()).unwrap();
+        let read = |name: &str| ckpt.weight(&format!("model.layers.0.mlp.experts.{name}")).unwrap();
+        assert_eq!(read("0.gate_proj.weight").to_f32(), gate_up[0..6]);
+        assert_eq!(read("0.up_proj.weight").to_f32(), gate_up[6..12]);
+        assert_eq!(read("1.gate_proj.weight").to_f32(), gate_up[12..18]);
+        let up = read("1.up_proj.weight");
+        assert_eq!((up.rows(), up.cols(), up.to_f32()), (2, 3, gate_up[18..24].to_vec()));
+        let down1 = read("1.down_proj.weight");
+        assert_eq!((down1.rows(), down1.cols(), down1.to_f32()), (3, 2, down[6..12].to_vec()));
+        assert!(!ckpt.contains("model.layers.0.mlp.experts.2.down_proj.weight"));
+    }
+
+    #[test]
+    fn test_malformed_stacked_experts_name_the_tensor() {
+        let name = "model.layers.0.mlp.experts.gate_up_proj";
+        let cases: [(&[usize], &str); 2] = [(&[2, 3, 2], "do not split into gate and up"), (&[12], "experts x rows")];
+        for (shape, fault) in cases {
+            let dir = checkpoint_dir(&llama_config(), &[f32_tensor(name, shape, &[0.0; 12])]);
+            assert_mentions(&open_err(dir.path()), &[SINGLE_FILE, name, fault]);
+        }
+        let both = [
+            f32_tensor(name, &[1, 2, 1], &[0.0; 2]),
+            f32_tensor("model.layers.0.mlp.experts.0.up_proj.weight", &[1, 1], &[0.0]),
+        ];
+        let dir = checkpoint_dir(&llama_config(), &both);
+        assert_mentions(&open_err(dir.path()), &[name, "also stored on its own"]);
     }
 
     #[test]

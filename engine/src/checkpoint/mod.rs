@@ -2,7 +2,10 @@
 
 pub mod gguf;
 pub mod gguf_model;
+#[cfg(test)]
+mod gguf_moe_tests;
 pub mod hf;
+mod hf_config;
 pub mod onnx;
 
 use std::path::Path;

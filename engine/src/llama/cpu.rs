@@ -1,4 +1,5 @@
-//! The Llama family (Llama 2/3, Qwen2/2.5, Qwen3, SmolLM2) on CPU: one model, the variants as config.
+//! The Llama family (Llama 2/3, Qwen2/2.5, Qwen3, SmolLM2, Qwen3-MoE, Mixtral) on CPU: one model, the variants as
+//! config.
 
 use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneRows, LaneStep, Logits};
 use tensorfold_kernels::attention::{attend, Query};
@@ -11,7 +12,8 @@ use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
 use crate::llama::forward::{forward, LayerNorm, LlamaSteps};
-use crate::llama::walk::{names, MatrixSpec};
+use crate::llama::moe::{Expert, MoeMlp};
+use crate::llama::walk::{names, ExpertTensors, MatrixSpec};
 use crate::tp::collective::Collective;
 
 /// Per-head RMSNorm weights of q and k (Qwen3).
@@ -35,11 +37,26 @@ struct Mlp {
     down: Weight,
 }
 
+/// A layer's MLP: dense, or a mixture of experts.
+enum LayerMlp {
+    Dense(Mlp),
+    Moe(MoeMlp),
+}
+
+impl LayerMlp {
+    fn num_bytes(&self) -> usize {
+        match self {
+            LayerMlp::Dense(m) => m.gate_up.num_bytes() + m.down.num_bytes(),
+            LayerMlp::Moe(m) => m.num_bytes(),
+        }
+    }
+}
+
 struct Layer {
     input_norm: Vec<f32>,
     attn: Attention,
     post_attn_norm: Vec<f32>,
-    mlp: Mlp,
+    mlp: LayerMlp,
 }
 
 pub struct Llama {
@@ -81,8 +98,25 @@ impl Loader<'_> {
         let qkv = concat_rows(&[read(&t.q)?, read(&t.k)?, read(&t.v)?]);
         let qk_norm = t.qk_norm.map(|(q, k)| QkNorm { q, k });
         let attn = Attention { qkv, qkv_bias: t.qkv_bias, qk_norm, o: read(&t.o)?, o_bias: t.o_bias };
-        let mlp = Mlp { gate_up: concat_rows(&[read(&t.gate)?, read(&t.up)?]), down: read(&t.down)? };
+        let mlp = match &t.experts {
+            Some(experts) => LayerMlp::Moe(self.experts(experts)?),
+            None => {
+                LayerMlp::Dense(Mlp { gate_up: concat_rows(&[read(&t.gate)?, read(&t.up)?]), down: read(&t.down)? })
+            }
+        };
         Ok(Layer { input_norm: t.input_norm, attn, post_attn_norm: t.post_norm, mlp })
+    }
+
+    fn experts(&self, t: &ExpertTensors) -> Result<MoeMlp, LoadError> {
+        let read = |m: &MatrixSpec| self.matrix(&m.name, m.rows, m.cols);
+        let r = &t.router;
+        let router = Weight::F32 { rows: r.rows, cols: r.cols, data: read(r)?.to_f32() };
+        let experts = t
+            .experts
+            .iter()
+            .map(|e| Ok(Expert { gate: read(&e.gate)?, up: read(&e.up)?, down: read(&e.down)? }))
+            .collect::<Result<_, LoadError>>()?;
+        Ok(MoeMlp { router, experts, top_k: t.top_k, norm_topk_prob: t.norm_topk_prob })
     }
 }
 
@@ -165,9 +199,7 @@ impl Llama {
 
     /// Bytes held by the weights.
     pub fn num_weight_bytes(&self) -> usize {
-        let l = |l: &Layer| {
-            l.attn.qkv.num_bytes() + l.attn.o.num_bytes() + l.mlp.gate_up.num_bytes() + l.mlp.down.num_bytes()
-        };
+        let l = |l: &Layer| l.attn.qkv.num_bytes() + l.attn.o.num_bytes() + l.mlp.num_bytes();
         self.embed.num_bytes()
             + self.lm_head.as_ref().map_or(0, Weight::num_bytes)
             + self.layers.iter().map(l).sum::<usize>()
@@ -177,7 +209,10 @@ impl Llama {
     pub fn activation_bytes(&self, num_tokens: usize, num_lanes: usize) -> usize {
         let c = &self.cfg;
         let qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
-        let per_token = 4 * c.hidden_size + qkv + c.num_heads * c.head_dim + 3 * c.intermediate_size;
+        let experts = c.moe.as_ref().map_or(0, |m| {
+            m.num_experts + m.num_experts_per_tok * (3 * c.hidden_size + 3 * m.expert_intermediate_size)
+        });
+        let per_token = 4 * c.hidden_size + qkv + c.num_heads * c.head_dim + 3 * c.intermediate_size + experts;
         4 * (num_tokens * per_token + num_lanes * (c.vocab_size + c.hidden_size))
     }
 }
@@ -342,8 +377,9 @@ impl LlamaSteps for CpuPass<'_, '_> {
 
     fn gate_up(&mut self, li: usize) -> Result<(), Self::Error> {
         let (f, t) = (self.m.cfg.intermediate_size, self.queries.len());
+        let LayerMlp::Dense(mlp) = &self.m.layers[li].mlp else { unreachable!("mlp runs a mixture of experts") };
         let mut gate_up = vec![0f32; t * 2 * f];
-        matmul_with(&self.normed, t, &self.m.layers[li].mlp.gate_up, &mut gate_up, self.m.activations);
+        matmul_with(&self.normed, t, &mlp.gate_up, &mut gate_up, self.m.activations);
         self.act = vec![0f32; t * f];
         ops::swiglu(&gate_up, f, &mut self.act);
         Ok(())
@@ -351,9 +387,22 @@ impl LlamaSteps for CpuPass<'_, '_> {
 
     fn down(&mut self, li: usize) -> Result<(), Self::Error> {
         self.delta = vec![0f32; self.x.len()];
-        let down = &self.m.layers[li].mlp.down;
-        matmul_with(&self.act, self.queries.len(), down, &mut self.delta, self.m.activations);
+        let LayerMlp::Dense(mlp) = &self.m.layers[li].mlp else { unreachable!("mlp runs a mixture of experts") };
+        matmul_with(&self.act, self.queries.len(), &mlp.down, &mut self.delta, self.m.activations);
         Ok(())
+    }
+
+    fn mlp(&mut self, li: usize) -> Result<(), Self::Error> {
+        match &self.m.layers[li].mlp {
+            LayerMlp::Dense(_) => {
+                self.gate_up(li)?;
+                self.down(li)
+            }
+            LayerMlp::Moe(moe) => {
+                self.delta = moe.forward(&self.normed, self.queries.len(), self.m.activations);
+                Ok(())
+            }
+        }
     }
 
     fn reduce(&mut self) -> Result<(), Self::Error> {

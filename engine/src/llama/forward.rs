@@ -27,6 +27,11 @@ pub trait LlamaSteps {
     fn gate_up(&mut self, li: usize) -> Result<(), Self::Error>;
     /// delta = act Wdown.
     fn down(&mut self, li: usize) -> Result<(), Self::Error>;
+    /// delta = layer `li`'s MLP of normed: the dense gated MLP, or a mixture of experts where the backend has one.
+    fn mlp(&mut self, li: usize) -> Result<(), Self::Error> {
+        self.gate_up(li)?;
+        self.down(li)
+    }
     /// delta = the sum of every tensor-parallel rank's delta, in rank order; with one rank, nothing.
     fn reduce(&mut self) -> Result<(), Self::Error> {
         Ok(())
@@ -49,8 +54,7 @@ pub fn forward<S: LlamaSteps>(steps: &mut S, layers: usize) -> Result<(), S::Err
         steps.reduce()?;
         steps.add()?;
         steps.norm(li, LayerNorm::PostAttention)?;
-        steps.gate_up(li)?;
-        steps.down(li)?;
+        steps.mlp(li)?;
         steps.reduce()?;
         steps.add()?;
     }

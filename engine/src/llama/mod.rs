@@ -4,6 +4,7 @@ pub mod config;
 pub mod cpu;
 pub mod cuda;
 pub mod forward;
+pub mod moe;
 pub(crate) mod walk;
 
 pub use cpu::Llama;

@@ -29,6 +29,34 @@ pub(crate) mod names {
     pub const DOWN: &str = "mlp.down_proj.weight";
 }
 
+/// Where a layer's experts live and what their projections are called.
+pub(crate) struct ExpertLayout {
+    pub router: &'static str,
+    /// Expert `e`'s projections follow this and `{e}.`.
+    pub experts: &'static str,
+    pub gate: &'static str,
+    pub up: &'static str,
+    pub down: &'static str,
+}
+
+/// Qwen-MoE's names, which transformers 5's stacked experts also unstack into.
+pub(crate) const QWEN_EXPERTS: ExpertLayout = ExpertLayout {
+    router: "mlp.gate.weight",
+    experts: "mlp.experts.",
+    gate: "gate_proj.weight",
+    up: "up_proj.weight",
+    down: "down_proj.weight",
+};
+
+/// Mixtral's names as its published checkpoints hold them.
+pub(crate) const MIXTRAL_EXPERTS: ExpertLayout = ExpertLayout {
+    router: "block_sparse_moe.gate.weight",
+    experts: "block_sparse_moe.experts.",
+    gate: "w1.weight",
+    up: "w3.weight",
+    down: "w2.weight",
+};
+
 /// A matrix of the checkpoint: its name and the shape the config gives it, read when its loader is ready for it.
 pub(crate) struct MatrixSpec {
     pub name: String,
@@ -50,6 +78,23 @@ pub(crate) struct LayerTensors {
     /// Present only where the checkpoint holds it.
     pub o_bias: Option<Vec<f32>>,
     pub post_norm: Vec<f32>,
+    /// The dense MLP; where `experts` is present, these name nothing and are not read.
+    pub gate: MatrixSpec,
+    pub up: MatrixSpec,
+    pub down: MatrixSpec,
+    /// The mixture of experts that replaces the dense MLP in this layer, where it does.
+    pub experts: Option<ExpertTensors>,
+}
+
+/// A layer's mixture of experts: the router (experts x hidden) and each expert's gated MLP, named and shaped.
+pub(crate) struct ExpertTensors {
+    pub router: MatrixSpec,
+    pub experts: Vec<ExpertMlp>,
+    pub top_k: usize,
+    pub norm_topk_prob: bool,
+}
+
+pub(crate) struct ExpertMlp {
     pub gate: MatrixSpec,
     pub up: MatrixSpec,
     pub down: MatrixSpec,
@@ -94,7 +139,30 @@ impl Loader<'_> {
             gate: spec(names::GATE, f, h),
             up: spec(names::UP, f, h),
             down: spec(names::DOWN, h, f),
+            experts: self.expert_tensors(i, c),
         })
+    }
+
+    /// Layer `i`'s experts, in the layout the checkpoint holds, where the config makes it a mixture of experts.
+    fn expert_tensors(&self, i: usize, c: &ModelConfig) -> Option<ExpertTensors> {
+        let moe = c.moe.as_ref().filter(|m| m.is_moe_layer(i))?;
+        let name = |tail: &str| format!("{}{i}.{tail}", names::LAYERS);
+        let layout = match self.ckpt.contains(&name(MIXTRAL_EXPERTS.router)) {
+            true => &MIXTRAL_EXPERTS,
+            false => &QWEN_EXPERTS,
+        };
+        let (h, f) = (c.hidden_size, moe.expert_intermediate_size);
+        let router = MatrixSpec { name: name(layout.router), rows: moe.num_experts, cols: h };
+        let expert = |e: usize| {
+            let spec = |tail: &str, rows, cols| MatrixSpec {
+                name: name(&format!("{}{e}.{tail}", layout.experts)),
+                rows,
+                cols,
+            };
+            ExpertMlp { gate: spec(layout.gate, f, h), up: spec(layout.up, f, h), down: spec(layout.down, h, f) }
+        };
+        let experts = (0..moe.num_experts).map(expert).collect();
+        Some(ExpertTensors { router, experts, top_k: moe.num_experts_per_tok, norm_topk_prob: moe.norm_topk_prob })
     }
 
     /// The LM head; None where it is the embedding, tied and not stored.

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use tensorfold_kernels::quant::row_bytes;
-use tensorfold_kernels::Weight;
+use tensorfold_kernels::{QuantBytes, Weight};
 
 use crate::checkpoint::{Bf16Rows, Checkpoint};
 use crate::error::LoadError;
@@ -41,6 +41,7 @@ impl<'a> ShardedCheckpoint<'a> {
         let fault = |what: &str, n: usize| {
             LoadError::format(inner.path(), format!("{what} ({n}) do not split over {ranks} tensor-parallel ranks"))
         };
+        crate::model::refuse_moe(inner, "tensor parallelism")?;
         if ranks == 0 || rank >= ranks {
             return Err(LoadError::format(inner.path(), format!("rank {rank} of {ranks} tensor-parallel ranks")));
         }
@@ -90,7 +91,7 @@ fn rows(w: Weight, lo: usize, hi: usize) -> Result<Weight, String> {
         }
         Weight::Quant { ty, cols, data, .. } => {
             let rb = row_bytes(ty, cols).ok_or("a row that is not whole blocks")?;
-            Ok(Weight::Quant { ty, rows: hi - lo, cols, data: data[lo * rb..hi * rb].to_vec() })
+            Ok(Weight::Quant { ty, rows: hi - lo, cols, data: data[lo * rb..hi * rb].to_vec().into() })
         }
     }
 }
@@ -118,7 +119,7 @@ fn cols(w: Weight, lo: usize, hi: usize) -> Result<Weight, String> {
             }
             let rb = row_bytes(ty, cols).ok_or("a row that is not whole blocks")?;
             let data = data.chunks_exact(rb).flat_map(|r| r[lo / len * bytes..hi / len * bytes].iter().copied());
-            Ok(Weight::Quant { ty, rows, cols: hi - lo, data: data.collect() })
+            Ok(Weight::Quant { ty, rows, cols: hi - lo, data: QuantBytes::Owned(data.collect()) })
         }
     }
 }
@@ -168,7 +169,7 @@ mod tests {
     fn q6k(rows: usize, cols: usize) -> Weight {
         let mut data: Vec<u8> = (0..rows * cols / 256 * 210).map(|i| (i * 37 % 251) as u8).collect();
         data.chunks_exact_mut(210).for_each(|b| b[208..210].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes()));
-        Weight::Quant { ty: GgmlType::Q6K, rows, cols, data }
+        Weight::Quant { ty: GgmlType::Q6K, rows, cols, data: data.into() }
     }
 
     #[test]
@@ -187,5 +188,70 @@ mod tests {
         let want: Vec<f32> = w.to_f32().chunks_exact(512).flat_map(|r| r[256..].to_vec()).collect();
         assert!(matches!(part, Weight::Quant { ty: GgmlType::Q6K, rows: 2, cols: 256, .. }));
         assert_eq!(part.to_f32(), want);
+    }
+}
+
+#[cfg(test)]
+mod moe_tests {
+    use super::*;
+    use crate::llama::config::MoeConfig;
+
+    /// A checkpoint that has only a config.
+    struct ConfigOnly(ModelConfig);
+
+    impl Checkpoint for ConfigOnly {
+        fn path(&self) -> &Path {
+            Path::new("moe-dir")
+        }
+        fn config(&self) -> &ModelConfig {
+            &self.0
+        }
+        fn contains(&self, _: &str) -> bool {
+            false
+        }
+        fn weight(&self, name: &str) -> Result<Weight, LoadError> {
+            Err(LoadError::MissingTensor { path: self.path().into(), name: name.into() })
+        }
+    }
+
+    fn qwen3_moe() -> ModelConfig {
+        let moe = MoeConfig {
+            num_experts: 4,
+            num_experts_per_tok: 2,
+            expert_intermediate_size: 8,
+            norm_topk_prob: true,
+            dense_layers: vec![],
+            sparse_step: 1,
+        };
+        ModelConfig {
+            arch: "qwen3_moe".into(),
+            vocab_size: 8,
+            hidden_size: 8,
+            intermediate_size: 8,
+            num_layers: 1,
+            num_heads: 2,
+            num_kv_heads: 2,
+            head_dim: 4,
+            rms_eps: 1e-6,
+            rope_theta: 1e6,
+            rope_scaling: None,
+            rope_interleaved: false,
+            max_position: 64,
+            tie_embeddings: false,
+            attn_bias: false,
+            qk_norm: true,
+            moe: Some(moe),
+        }
+    }
+
+    #[test]
+    fn test_engines_without_experts_refuse_a_moe_model_by_name() {
+        let ckpt = ConfigOnly(qwen3_moe());
+        let err = ShardedCheckpoint::new(&ckpt, 0, 2).err().expect("sharding a MoE model should fail").to_string();
+        assert!(err.contains("moe-dir") && err.contains("qwen3_moe") && err.contains("tensor parallelism"), "{err}");
+        let err = crate::model::refuse_moe(&ckpt, "the CUDA engine").unwrap_err().to_string();
+        assert!(err.contains("qwen3_moe is a mixture-of-experts model") && err.contains("CUDA"), "{err}");
+        let dense = ConfigOnly(ModelConfig { moe: None, ..qwen3_moe() });
+        assert!(ShardedCheckpoint::new(&dense, 0, 2).is_ok() && crate::model::refuse_moe(&dense, "x").is_ok());
     }
 }

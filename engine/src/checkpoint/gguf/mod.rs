@@ -9,9 +9,10 @@ pub(crate) mod write;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tensorfold_kernels::quant::row_bytes;
-use tensorfold_kernels::GgmlType;
+use tensorfold_kernels::{GgmlType, QuantBytes};
 
 use crate::error::LoadError;
 
@@ -131,7 +132,7 @@ pub struct GgufFile {
     pub version: u32,
     pub metadata: BTreeMap<String, Value>,
     pub tensors: Vec<TensorInfo>,
-    mmap: memmap2::Mmap,
+    mmap: Arc<memmap2::Mmap>,
     data_offset: usize,
     by_name: HashMap<String, usize>,
 }
@@ -149,7 +150,7 @@ impl GgufFile {
             version: parsed.version,
             metadata: parsed.metadata,
             tensors: parsed.tensors,
-            mmap,
+            mmap: Arc::new(mmap),
             data_offset: parsed.data_offset,
             by_name,
         })
@@ -171,5 +172,14 @@ impl GgufFile {
             Some(start..start.checked_add(info.num_bytes()?)?)
         });
         range.and_then(|r| self.mmap.get(r)).unwrap_or(&[])
+    }
+
+    /// `part` of a tensor's bytes, still mapped, so no page of it is read before a kernel needs it.
+    pub fn tensor_shared(&self, info: &TensorInfo, part: std::ops::Range<usize>) -> Option<QuantBytes> {
+        let start = self.data_offset.checked_add(usize::try_from(info.offset).ok()?)?;
+        if part.end > info.num_bytes()? {
+            return None;
+        }
+        QuantBytes::shared(self.mmap.clone(), start + part.start..start + part.end)
     }
 }
