@@ -141,6 +141,31 @@ SHAPES = {
             num_experts_per_tok=2,
         ),
     ),
+    # A reduced Qwen3-MoE for the CPU bench against llama.cpp (docs/benchmarks-moe.md): 64 experts of 384, top 8.
+    "qwen3-moe-cpu-bench": (
+        "qwen3_moe",
+        dict(
+            vocab_size=32768,
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_hidden_layers=8,
+            num_attention_heads=16,
+            num_key_value_heads=4,
+            head_dim=64,
+            max_position_embeddings=4096,
+            rms_norm_eps=1e-6,
+            rope_theta=1000000.0,
+            tie_word_embeddings=False,
+            num_experts=64,
+            num_experts_per_tok=8,
+            moe_intermediate_size=384,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            bos_token_id=32760,
+            eos_token_id=32761,
+        ),
+    ),
     "llama-3.1-8b": (
         "llama",
         dict(
