@@ -3,6 +3,9 @@
 //! gives the same row alone (split blocks) as among 255 other lanes (one block per row, and one warp per row and KV
 //! head). Skips with a one-line reason where no GPU is found.
 
+mod common;
+
+use common::{bf16_bits, values};
 use tensorfold_kernels::cuda::{attention_group_rows, AttentionArgs, DevPtr, Gpu, KernelOptions};
 
 const NH: usize = 32;
@@ -11,24 +14,6 @@ const D: usize = 128;
 const PAGE: usize = 16;
 const KV_DIM: usize = NKV * D;
 const WIDTH: usize = (NH + 2 * NKV) * D;
-
-/// splitmix64 values in [-1, 1), so the values repeat from run to run.
-fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut state = seed;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
-
-fn bf16_bits(f: f32) -> u16 {
-    (f.to_bits().wrapping_add(0x7fff + ((f.to_bits() >> 16) & 1)) >> 16) as u16
-}
 
 /// A pool of `pages` pages of one layer's keys and values, and room for the round's tables and results.
 struct Bench {
@@ -50,7 +35,7 @@ impl Bench {
         let alloc = |bytes: usize| g.malloc(bytes, false).unwrap();
         let (k, v) = (alloc(pages * PAGE * KV_DIM * 2), alloc(pages * PAGE * KV_DIM * 2));
         for (ptr, seed) in [(k, 1), (v, 2)] {
-            let bits: Vec<u16> = values(seed, pages * PAGE * KV_DIM).into_iter().map(bf16_bits).collect();
+            let bits: Vec<u16> = values(seed, pages * PAGE * KV_DIM, 1.0).into_iter().map(bf16_bits).collect();
             g.upload(ptr, &bits).unwrap();
         }
         Bench { g, k, v, ptrs: vec![] }
@@ -77,7 +62,7 @@ impl Bench {
             flat.extend_from_slice(table);
         }
         for &(lane, p) in &round.rows {
-            qkv.extend(values(1_000_003 * lane as u64 + p as u64 + 7, WIDTH));
+            qkv.extend(values(1_000_003 * lane as u64 + p as u64 + 7, WIDTH, 1.0));
             pos.push(p);
             table_off.push(offsets[lane]);
         }

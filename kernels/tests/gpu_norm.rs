@@ -1,30 +1,10 @@
 //! On a GPU: the norm kernels, at every width and block size, give the bits of the order norm.cu defines (the sums of
 //! a 1024-thread block), replayed here on the CPU. Skips with a one-line reason where no GPU is found.
 
+mod common;
+
+use common::{bf16_bits, values};
 use tensorfold_kernels::cuda::{DevPtr, Gpu, KernelOptions, NORM_NARROW_WIDTH};
-
-/// splitmix64 values in [-2, 2), so the values repeat from run to run.
-fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut state = seed;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 22) as f32 - 2.0
-        })
-        .collect()
-}
-
-/// Round to nearest even, as f2bf in prelude.cu.
-fn bf16_bits(f: f32) -> u16 {
-    let u = f.to_bits();
-    if u & 0x7fff_ffff > 0x7f80_0000 {
-        return ((u >> 16) | 0x40) as u16;
-    }
-    (u.wrapping_add(0x7fff + ((u >> 16) & 1)) >> 16) as u16
-}
 
 /// norm(x + delta) * w as bf16 bits, summed as a 1024-thread block: thread t from +0 over t, t + 1024, ... by fma,
 /// the 32 lanes of a warp by xor butterflies, then the 32 warp sums in order.
@@ -59,9 +39,9 @@ fn test_norms_give_the_bits_of_a_1024_thread_block_at_every_width() {
     let rows = 3;
     // Narrow blocks up to NORM_NARROW_WIDTH (a whole block's multiple and not), 1024-thread blocks past it.
     for h in [64, 576, 1000, 3072, NORM_NARROW_WIDTH, NORM_NARROW_WIDTH + 904, 8192] {
-        let x = values(h as u64, rows * h);
-        let delta = values(h as u64 + 1, rows * h);
-        let w = values(h as u64 + 2, h);
+        let x = values(h as u64, rows * h, 2.0);
+        let delta = values(h as u64 + 1, rows * h, 2.0);
+        let w = values(h as u64 + 2, h, 2.0);
         let alloc = |bytes: usize| g.malloc(bytes, false).unwrap();
         let (dx, dd, dw, dout) = (alloc(rows * h * 4), alloc(rows * h * 4), alloc(h * 4), alloc(rows * h * 2));
         let read = |ptr: DevPtr, n: usize| {

@@ -64,7 +64,8 @@ pub fn serve(settings: &Settings) -> Result<()> {
         Some(dir) => Some(drama(&model, dir, same_path(dir, &text_path), sizing, round_tokens, parallel)?),
         None => None,
     };
-    let drafting = model.backend.drafting(settings.size(Key::DraftTokens));
+    let mut drafting = model.backend.drafting(settings.size(Key::DraftTokens));
+    drafting.timed &= settings.is_on(Key::DraftTiming);
     let (text, tokenizer, device) = model.into_spec(context, round_tokens, parallel);
     let schedule = Schedule { round_tokens, parallel, max_waiting: size(Key::MaxWaiting), drafting };
     let prefix_cache_tokens = match settings.is_on(Key::PrefixCache) {

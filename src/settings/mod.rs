@@ -38,6 +38,7 @@ pub enum Key {
     PrefixCache,
     PrefixCacheTokens,
     DraftTokens,
+    DraftTiming,
     RoundTokens,
     MemoryLimit,
     SpeechModel,

@@ -112,6 +112,12 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::DraftTokens, Some("draft-tokens"), None, count(0, 16), Scope::Serve)
     },
     Setting {
+        default: Some("1"),
+        help: "drafting weighs a verify row by step times measured at start-up; 0 counts verify rows as free, so \
+               drafts follow only what they have earned, whatever else the machine is doing",
+        ..row(Key::DraftTiming, None, Some("TF_DRAFT_TIMING"), Kind::Switch, Scope::Env)
+    },
+    Setting {
         help: "a smaller model with the same vocabulary (.gguf or Hugging Face directory) whose greedy tokens are the \
                drafts; unset: drafts come from each lane's own text",
         ..row(Key::DraftModel, Some("draft-model"), None, Kind::Path, Scope::Serve)

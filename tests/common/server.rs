@@ -39,13 +39,20 @@ impl Server {
     /// Starts `tensorfold serve --port 0` on the default model (or `TF_TEST_MODEL`, for a GPU machine that cannot
     /// fetch it) with `extra` flags and waits until healthy.
     pub fn start(extra: &[&str]) -> Server {
-        let model = match std::env::var_os("TF_TEST_MODEL") {
+        Server::start_with_env(extra, &[])
+    }
+
+    /// As `start`, with `env` set for the server.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let model: std::path::PathBuf = match std::env::var_os("TF_TEST_MODEL") {
             Some(path) => path.into(),
             None => tensorfold::settings::process_fetcher()
                 .and_then(|f| f.default_model_path())
                 .expect("fetching the default model"),
         };
-        Server::start_with_model(&model, extra)
+        let mut server = Server::spawn(&model, extra, env);
+        server.wait_ready();
+        server
     }
 
     /// Starts `tensorfold serve --port 0 --model MODEL` with `extra` flags and waits until healthy; with
