@@ -1,22 +1,45 @@
-//! Seeded random Llama 3, Llama 2, Qwen2, Qwen3, Qwen3-MoE and Mixtral checkpoints against transformers' f32 outputs.
+//! Seeded random Llama 3, Llama 2, Qwen2, Qwen3, Qwen3-MoE and Mixtral checkpoints against transformers' f32 outputs;
+//! the mixture-of-experts ones also as GGUF written by tools/hf_to_gguf.py (experts stacked as llama.cpp stacks them).
 
 use std::path::PathBuf;
 
 use serde_json::Value;
 use tensorfold_engine::boundary::Logits;
+use tensorfold_engine::checkpoint::gguf_model::GgufCheckpoint;
 use tensorfold_engine::checkpoint::hf::HfCheckpoint;
+use tensorfold_engine::checkpoint::Checkpoint;
 use tensorfold_engine::generate::Sequence;
 use tensorfold_engine::llama::Llama;
 use tensorfold_engine::sampling::SamplingParams;
+use tensorfold_kernels::weight::QuantBytes;
+use tensorfold_kernels::Weight;
 
 const SHAPES: [&str; 4] = ["tiny-llama3", "tiny-llama2", "tiny-qwen2", "tiny-qwen3"];
 const TOLERANCE: f32 = 1e-4;
 
+fn dir(shape: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden").join(shape)
+}
+
+fn golden(shape: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(dir(shape).join("reference.json")).unwrap()).unwrap()
+}
+
 fn load(shape: &str) -> (Llama, Value) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden").join(shape);
-    let model = Llama::load(&HfCheckpoint::open(&dir).unwrap()).unwrap();
-    let golden = serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
-    (model, golden)
+    (Llama::load(&HfCheckpoint::open(&dir(shape)).unwrap()).unwrap(), golden(shape))
+}
+
+/// `n` greedy tokens after `prompt`.
+fn greedy_tokens(model: &Llama, prompt: &[u32], n: usize) -> Vec<u32> {
+    let greedy = SamplingParams { temperature: 0.0, ..Default::default() };
+    let mut seq = Sequence::new(model, prompt.len() + n);
+    let mut got = Vec::new();
+    seq.generate(prompt, n, &greedy, &[], |t| {
+        got.push(t);
+        true
+    })
+    .unwrap();
+    got
 }
 
 fn floats(v: &Value) -> Vec<f32> {
@@ -57,20 +80,12 @@ fn test_logits_match_the_reference_within_1e_4() {
 
 #[test]
 fn test_greedy_tokens_match_the_reference_for_64_steps() {
-    let greedy = SamplingParams { temperature: 0.0, ..Default::default() };
     for shape in SHAPES {
         let (model, golden) = load(shape);
         for (i, p) in golden["prompts"].as_array().unwrap().iter().enumerate() {
             let (prompt, want) = (ids(&p["ids"]), ids(&p["greedy"]));
             assert_eq!(want.len(), 64);
-            let mut seq = Sequence::new(&model, prompt.len() + want.len());
-            let mut got = Vec::new();
-            seq.generate(&prompt, want.len(), &greedy, &[], |t| {
-                got.push(t);
-                true
-            })
-            .unwrap();
-            assert_eq!(got, want, "{shape} prompt {i}");
+            assert_eq!(greedy_tokens(&model, &prompt, want.len()), want, "{shape} prompt {i}");
         }
     }
 }
@@ -84,7 +99,6 @@ const GREEDY_TIE: f32 = 1e-3;
 
 #[test]
 fn test_moe_logits_and_greedy_tokens_match_the_reference() {
-    let greedy = SamplingParams { temperature: 0.0, ..Default::default() };
     for shape in MOE_SHAPES {
         let (model, golden) = load(shape);
         assert!(model.config().moe.is_some(), "{shape} loaded as a dense model");
@@ -106,17 +120,62 @@ fn test_moe_logits_and_greedy_tokens_match_the_reference() {
             }
             let (want, margins) = (ids(&p["greedy"]), floats(&p["greedy_margins"]));
             let decided = margins.iter().position(|&m| m < GREEDY_TIE).unwrap_or(want.len());
-            let mut seq = Sequence::new(&model, prompt.len() + want.len());
-            let mut got = Vec::new();
-            seq.generate(&prompt, want.len(), &greedy, &[], |t| {
-                got.push(t);
-                true
-            })
-            .unwrap();
+            let got = greedy_tokens(&model, &prompt, want.len());
             assert_eq!(got[..decided], want[..decided], "{shape} prompt {i}");
             followed += decided;
         }
         assert!(followed * 2 > 64 * golden["prompts"].as_array().unwrap().len(), "{shape}: too many greedy near-ties");
         assert!(checked * 2 > golden["prompts"].as_array().unwrap().len(), "{shape}: too many router near-ties");
     }
+}
+
+/// Q8_0 rounds weights and, in the integer kernels, activations to 8 bits: a bound on that, far below a wrong expert.
+const Q8_BOUND: f32 = 5e-2;
+
+/// Per shape, the smallest relative error of transformers' own bf16 run on any golden prompt's last logits.
+const GGUF_SHAPES: [(&str, f32); 2] = [("tiny-qwen3-moe", 6.3e-3), ("tiny-mixtral", 9.7e-3)];
+
+#[test]
+fn test_moe_gguf_logits_stay_within_transformers_bf16_error() {
+    for (shape, bf16_error) in GGUF_SHAPES {
+        let golden = golden(shape);
+        for format in ["f16", "q8_0"] {
+            let ckpt = GgufCheckpoint::open(&dir(shape).join(format!("model-{format}.gguf"))).unwrap();
+            let moe = ckpt.config().moe.clone().unwrap_or_else(|| panic!("{shape} {format} loaded as a dense model"));
+            assert!(moe.num_experts >= 8 && moe.num_experts_per_tok >= 2, "{shape} {format}: {moe:?}");
+            let model = Llama::load(&ckpt).unwrap();
+            for (i, p) in golden["prompts"].as_array().unwrap().iter().enumerate() {
+                let prompt = ids(&p["ids"]);
+                let mut seq = Sequence::new(&model, prompt.len());
+                let last = seq.extend(&prompt, 7, Logits::Last).unwrap();
+                let err = relative_error(&last, &floats(&p["last_logits"]));
+                let bound = if format == "f16" { bf16_error } else { Q8_BOUND };
+                assert!(err <= bound, "{shape} {format} prompt {i}: relative error {err} > {bound}");
+            }
+        }
+    }
+}
+
+#[test]
+fn test_a_gguf_expert_is_its_rows_of_the_stack() {
+    let ckpt = GgufCheckpoint::open(&dir("tiny-qwen3-moe").join("model-q8_0.gguf")).unwrap();
+    let c = ckpt.config();
+    let moe = c.moe.as_ref().unwrap();
+    assert_eq!((c.arch.as_str(), moe.num_experts, moe.num_experts_per_tok), ("qwen3moe", 16, 4));
+    assert_eq!(moe.dense_layers, vec![1], "the layer without a router keeps its dense MLP");
+    let name = |e: usize, p: &str| format!("model.layers.0.mlp.experts.{e}.{p}_proj.weight");
+    let gate = ckpt.weight(&name(15, "gate")).unwrap();
+    assert_eq!((gate.rows(), gate.cols()), (moe.expert_intermediate_size, c.hidden_size));
+    assert!(
+        matches!(&gate, Weight::Quant { data, .. } if matches!(data, QuantBytes::Shared { .. })),
+        "a Q8_0 expert stays quantized, mapped"
+    );
+    let down = ckpt.weight(&name(3, "down")).unwrap();
+    assert_eq!((down.rows(), down.cols()), (c.hidden_size, moe.expert_intermediate_size));
+    assert!(ckpt.weight(&name(0, "gate")).unwrap().to_f32() != gate.to_f32(), "experts 0 and 15 read the same rows");
+    let err = ckpt.weight(&name(16, "gate")).unwrap_err().to_string();
+    assert!(err.contains("no expert 16"), "{err}");
+    assert!(!ckpt.contains(&name(16, "up")) && ckpt.contains(&name(15, "up")));
+    let router = ckpt.weight("model.layers.2.mlp.gate.weight").unwrap();
+    assert!(matches!(router, Weight::F32 { .. }), "routers stay f32");
 }
