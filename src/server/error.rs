@@ -14,7 +14,7 @@ pub enum ApiError {
     BodyTooLarge { limit: usize },
     #[error("the request body did not arrive within {after:?}")]
     BodyTimeout { after: std::time::Duration },
-    #[error("missing or incorrect API key; send it as 'Authorization: Bearer <key>'")]
+    #[error("missing or incorrect API key; send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'")]
     Unauthorized,
     #[error("no route for {method} {path}")]
     NotFound { method: String, path: String },

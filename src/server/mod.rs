@@ -9,6 +9,7 @@ mod routes_tests;
 pub mod speech;
 pub mod starting;
 pub mod text;
+pub mod turn;
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};

@@ -7,7 +7,7 @@ use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Extensions, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::http::header;
 use actix_web::middleware::{from_fn, Next};
-use actix_web::{web, App, HttpRequest, HttpResponse, ResponseError};
+use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, ResponseError};
 
 use super::body::BodyLimit;
 use super::error::ApiError;
@@ -15,8 +15,19 @@ use super::text::openai::{ModelCard, ModelList};
 use super::text::routes::{chat_completions, completions};
 use super::{AppState, Backend};
 
-/// The key requests must present, if any.
-struct RequiredKey(Option<String>);
+/// The keys requests may present, if any: the configured value split at commas.
+struct RequiredKey(Vec<String>);
+
+impl RequiredKey {
+    fn new(configured: Option<String>) -> RequiredKey {
+        let keys = configured.iter().flat_map(|k| k.split(',')).map(str::trim).filter(|k| !k.is_empty());
+        RequiredKey(keys.map(str::to_string).collect())
+    }
+}
+
+/// Who sent a request: a digest of the key it presented, empty when no keys are configured.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Caller(pub String);
 
 /// The state handlers read, empty until every model is loaded; the app answers 503 until it is set.
 pub type Slot<B> = Arc<OnceLock<web::Data<AppState<B>>>>;
@@ -55,7 +66,7 @@ pub fn app_over<B: Backend>(
     >,
 > {
     App::new()
-        .app_data(web::Data::new(RequiredKey(api_key)))
+        .app_data(web::Data::new(RequiredKey::new(api_key)))
         .app_data(web::Data::new(BodyLimit(max_body_bytes)))
         .app_data(web::Data::new(slot))
         .wrap(from_fn(until_loaded::<B>))
@@ -151,22 +162,38 @@ async fn require_api_key(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
-    let expected = req.app_data::<web::Data<RequiredKey>>().and_then(|key| key.0.clone());
-    if let Some(expected) = expected {
-        if req.path() != "/health" && !bearer_matches(req.headers(), &expected) {
+    let keys = req.app_data::<web::Data<RequiredKey>>().map(|keys| keys.0.as_slice()).unwrap_or_default();
+    let caller = match presented_key(req.headers()) {
+        Some(given) if keys.iter().any(|key| same_key(given, key)) => Some(Caller(key_digest(given))),
+        _ if keys.is_empty() => Some(Caller::default()),
+        _ => None,
+    };
+    match caller {
+        Some(caller) => {
+            req.extensions_mut().insert(caller);
+            next.call(req).await.map(ServiceResponse::map_into_left_body)
+        }
+        None if req.path() == "/health" => next.call(req).await.map(ServiceResponse::map_into_left_body),
+        None => {
             let response = ApiError::Unauthorized.error_response();
-            return Ok(req.into_response(response).map_into_right_body());
+            Ok(req.into_response(response).map_into_right_body())
         }
     }
-    next.call(req).await.map(ServiceResponse::map_into_left_body)
 }
 
-fn bearer_matches(headers: &header::HeaderMap, expected: &str) -> bool {
-    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.split_once(' '));
-    match given {
-        Some((scheme, key)) if scheme.eq_ignore_ascii_case("bearer") => same_key(key.trim(), expected),
-        _ => false,
+/// The key of `Authorization: Bearer KEY`, or of `x-api-key: KEY` as Anthropic's clients send it.
+fn presented_key(headers: &header::HeaderMap) -> Option<&str> {
+    let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.split_once(' '));
+    match bearer {
+        Some((scheme, key)) if scheme.eq_ignore_ascii_case("bearer") => Some(key.trim()),
+        _ => headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim),
     }
+}
+
+/// A stored owner tag for a key: its SHA-256 in hex, so the store never holds a key.
+fn key_digest(key: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Compares without an early exit, so response time does not reveal how much of the key matched.

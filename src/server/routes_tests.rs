@@ -247,6 +247,20 @@ async fn test_api_key_guards_all_but_health() {
 }
 
 #[actix_web::test]
+async fn test_any_configured_key_works_as_bearer_or_x_api_key() {
+    let keys = Some("first, second");
+    let models = || test::TestRequest::get().uri("/v1/models");
+    for (name, value) in [("x-api-key", "second"), ("authorization", "Bearer first"), ("x-api-key", "first")] {
+        let req = models().insert_header((name, value));
+        assert_eq!(call(Scripted::new(Script::Reply), keys, req).await.0, StatusCode::OK, "{name}: {value}");
+    }
+    for (name, value) in [("x-api-key", "first, second"), ("x-api-key", ""), ("authorization", "Bearer ")] {
+        let req = models().insert_header((name, value));
+        assert_eq!(call(Scripted::new(Script::Reply), keys, req).await.0, StatusCode::UNAUTHORIZED, "{value}");
+    }
+}
+
+#[actix_web::test]
 async fn test_dropped_stream_cancels_the_request() {
     let backend = Scripted::new(Script::Hold);
     let service = test::init_service(app(state(backend.clone(), None), BODY_LIMIT)).await;

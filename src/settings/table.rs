@@ -48,7 +48,7 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::Context, Some("context"), None, count(1, 1 << 24), Scope::Serve)
     },
     Setting {
-        help: "require 'Authorization: Bearer KEY' on every route but /health",
+        help: "keys, comma-separated: every route but /health needs one, as 'Authorization: Bearer KEY' or 'x-api-key'",
         secret: true,
         ..row(Key::ApiKey, Some("api-key"), Some("TF_API_KEY"), Kind::Text, Scope::Serve)
     },

@@ -7,9 +7,10 @@ use tensorfold_actors::request_types::{ValidRequest, Work};
 use super::openai::{ChatCompletionRequest, CompletionRequest};
 use super::reply::{collect, Collector, Kind, ReplyMeta};
 use super::sse::{event_stream, ChunkWriter};
-use super::validate::{validate_chat, validate_completion, TextModel, Validated};
+use super::validate::{validate_chat, validate_completion, Validated};
 use crate::server::body::{read_body, BodyLimit};
 use crate::server::error::ApiError;
+use crate::server::turn::text_model;
 use crate::server::{unix_now, AppState, Backend};
 
 /// Runs validation off the worker thread: rendering and tokenizing a long prompt is CPU work.
@@ -45,14 +46,6 @@ pub(in crate::server) async fn completions<B: Backend>(
     let model = text_model(&state);
     let valid = validate_off_thread(move || validate_completion(request, &model)).await?;
     generate(&state, Kind::Completion, valid).await
-}
-
-fn text_model<B: Backend>(state: &AppState<B>) -> TextModel {
-    TextModel {
-        tokenizer: state.tokenizer.clone(),
-        grammars: state.grammars.clone(),
-        context: state.runtime.limits(&state.model_name).context,
-    }
 }
 
 /// Submits every choice's lane, then streams or collects them as one reply.
