@@ -1,5 +1,6 @@
 //! `tensorfold serve`: the text model, the speech models and the default voice, registered by name, behind HTTP.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -7,11 +8,13 @@ use anyhow::Result;
 use clap::Args;
 use tensorfold_actors::coordinator::Schedule;
 use tensorfold_actors::runtime::{ModelKind, RuntimeConfig};
+use tensorfold_engine::fetch::Fetcher;
 use tensorfold_engine::llama::cuda::Sizing;
 use tensorfold_engine::speech::speakers::{Speaker, Speakers};
 
 use crate::carveout;
-use crate::server::{ServeConfig, Starting};
+use crate::server::responses::store::{Store, StoreLimits};
+use crate::server::{Responses, ServeConfig, Starting};
 use crate::settings::cli::{MODEL, SERVE, SPEECH};
 use crate::settings::{Key, Settings, TableArgs};
 use crate::wiring::{
@@ -96,9 +99,26 @@ pub fn serve(settings: &Settings) -> Result<()> {
         models.push(spec);
         speakers.push(speaker);
     }
+    let responses = responses_store(settings, &fetcher)?;
     actix_web::rt::System::new().block_on(async move {
         let runtime = start_runtime(device, models, cfg, lent).await?.with_request_timeout(request_timeout);
-        crate::server::run(serve, starting, runtime, Arc::new(tokenizer), name, speakers).await?;
+        crate::server::run(serve, starting, runtime, Arc::new(tokenizer), name, speakers, responses).await?;
         Ok(())
     })
+}
+
+/// The response store the settings name: a file, the cache's by default, or none.
+fn responses_store(settings: &Settings, fetcher: &Fetcher) -> Result<Responses> {
+    let count = |key| settings.count(key).expect("the table gives it a default");
+    let limits = StoreLimits {
+        max_bytes: count(Key::ResponsesStoreMb) << 20,
+        max_age_secs: count(Key::ResponsesStoreDays) * 86_400,
+    };
+    let path = match settings.text(Key::ResponsesStore) {
+        Some("none") => return Ok(Responses::new(Store::off())),
+        Some(path) => PathBuf::from(path),
+        None => fetcher.cache_dir.join("responses.sqlite3"),
+    };
+    let store = Store::open(&path, limits).map_err(|e| anyhow::anyhow!("--responses-store: {e}"))?;
+    Ok(Responses::new(store))
 }

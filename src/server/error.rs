@@ -20,6 +20,9 @@ pub enum ApiError {
     NotFound { method: String, path: String },
     #[error("the model '{0}' does not exist")]
     ModelNotFound(String),
+    /// A stored object the caller cannot see: never made, deleted, expired or another key's.
+    #[error("no {what} with id '{id}'")]
+    ObjectNotFound { what: &'static str, id: String, param: &'static str },
     #[error("{method} is not allowed on {path}; allowed: {allowed}")]
     MethodNotAllowed { method: String, path: String, allowed: &'static str },
     #[error(transparent)]
@@ -79,6 +82,7 @@ impl ApiError {
             ApiError::Unauthorized => ("invalid_request_error", Some("invalid_api_key")),
             ApiError::NotFound { .. } => ("invalid_request_error", Some("unknown_url")),
             ApiError::ModelNotFound(_) => ("invalid_request_error", Some("model_not_found")),
+            ApiError::ObjectNotFound { .. } => ("invalid_request_error", Some("not_found")),
             ApiError::MethodNotAllowed { .. } => ("invalid_request_error", Some("method_not_allowed")),
             ApiError::Submit(SubmitError::QueueFull(_)) => ("rate_limit_error", Some("rate_limit_exceeded")),
             ApiError::Submit(SubmitError::TooLarge { .. }) => {
@@ -100,6 +104,7 @@ impl ApiError {
         let param = match self {
             ApiError::InvalidRequest { param, .. } => param.clone(),
             ApiError::ModelNotFound(_) => Some("model".to_string()),
+            ApiError::ObjectNotFound { param, .. } => Some(param.to_string()),
             _ => None,
         };
         ErrorBody { error: ErrorDetail { message: self.to_string(), kind, param, code } }
@@ -113,7 +118,9 @@ impl ResponseError for ApiError {
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::NotFound { .. } | ApiError::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::NotFound { .. } | ApiError::ModelNotFound(_) | ApiError::ObjectNotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Submit(SubmitError::QueueFull(_)) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Submit(

@@ -3,6 +3,7 @@
 pub mod body;
 pub mod error;
 pub mod openapi;
+pub mod responses;
 pub mod routes;
 #[cfg(test)]
 mod routes_tests;
@@ -22,6 +23,7 @@ use tensorfold_actors::runtime::{Limits, Runtime};
 use tokio::sync::mpsc;
 
 pub use error::ApiError;
+pub use responses::Responses;
 pub use routes::{app, app_over, configure, Slot};
 pub use starting::Starting;
 
@@ -74,12 +76,15 @@ pub struct AppState<B = Runtime> {
     pub speakers: Arc<Speakers>,
     /// The text model's `response_format` compiler; its tables are built on the first grammar.
     pub grammars: Grammars,
+    /// Stored and background responses of `/v1/responses`.
+    pub responses: Arc<Responses>,
 }
 
 impl<B: Backend> AppState<B> {
     pub fn new(runtime: B, tokenizer: Arc<Tokenizer>, model_name: String, api_key: Option<String>) -> AppState<B> {
         let grammars = Grammars::new(Arc::clone(&tokenizer));
-        AppState { runtime, tokenizer, model_name, api_key, created: unix_now(), speakers: Arc::default(), grammars }
+        let (speakers, responses) = (Arc::default(), Arc::default());
+        AppState { runtime, tokenizer, model_name, api_key, created: unix_now(), speakers, grammars, responses }
     }
 
     /// The one rule of `model` on the text routes (chat, completions, embeddings): any name, or none, stands for
@@ -137,9 +142,11 @@ pub async fn run(
     tokenizer: Arc<Tokenizer>,
     model_name: String,
     speakers: Speakers,
+    responses: Responses,
 ) -> std::io::Result<()> {
-    let speakers = Arc::new(speakers);
-    starting.serve(AppState { speakers, ..AppState::new(runtime, tokenizer, model_name, config.api_key) }).await
+    let (speakers, responses) = (Arc::new(speakers), Arc::new(responses));
+    let state = AppState::new(runtime, tokenizer, model_name, config.api_key);
+    starting.serve(AppState { speakers, responses, ..state }).await
 }
 
 pub(crate) fn unix_now() -> u64 {

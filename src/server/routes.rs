@@ -103,6 +103,11 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("/v1/audio/speech", "POST"),
     ("/v1/audio/voices", "GET"),
     ("/v1/embeddings", "POST"),
+    ("/v1/responses", "POST"),
+    ("/v1/responses/{response_id}", "GET"),
+    ("/v1/responses/{response_id}", "DELETE"),
+    ("/v1/responses/{response_id}/input_items", "GET"),
+    ("/v1/responses/{response_id}/cancel", "POST"),
     ("/openapi.json", "GET"),
     ("/health", "GET"),
     ("/metrics", "GET"),
@@ -135,6 +140,27 @@ pub fn configure<B: Backend>(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/v1/embeddings")
             .route(web::post().to(super::text::embeddings::embeddings::<B>))
+            .default_service(web::to(only("POST"))),
+    )
+    .service(
+        web::resource("/v1/responses")
+            .route(web::post().to(super::responses::create::<B>))
+            .default_service(web::to(only("POST"))),
+    )
+    .service(
+        web::resource("/v1/responses/{id}")
+            .route(web::get().to(super::responses::retrieve::<B>))
+            .route(web::delete().to(super::responses::delete::<B>))
+            .default_service(web::to(only("GET, DELETE"))),
+    )
+    .service(
+        web::resource("/v1/responses/{id}/input_items")
+            .route(web::get().to(super::responses::input_items_list::<B>))
+            .default_service(web::to(only("GET"))),
+    )
+    .service(
+        web::resource("/v1/responses/{id}/cancel")
+            .route(web::post().to(super::responses::cancel::<B>))
             .default_service(web::to(only("POST"))),
     )
     .service(

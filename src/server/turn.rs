@@ -19,7 +19,11 @@ use super::{AppState, Backend};
 pub enum Part {
     Text(String),
     /// A whole call: `arguments` is JSON text.
-    Call { id: String, name: String, arguments: String },
+    Call {
+        id: String,
+        name: String,
+        arguments: String,
+    },
 }
 
 /// How the turn ended.
@@ -149,7 +153,10 @@ mod tests {
     use tensorfold_engine::text::tool_calls::ToolFormat;
 
     fn done() -> Event {
-        Event::Done { finish: FinishReason::Stop, usage: Usage { prompt_tokens: 3, completion_tokens: 2, cached_tokens: 1 } }
+        Event::Done {
+            finish: FinishReason::Stop,
+            usage: Usage { prompt_tokens: 3, completion_tokens: 2, cached_tokens: 1 },
+        }
     }
 
     fn token(text: &str) -> Event {
@@ -166,7 +173,8 @@ mod tests {
 
     #[actix_web::test]
     async fn test_texts_are_joined_and_the_end_carries_usage() {
-        let (parts, end) = turn(vec![token("hello"), token(""), token(" world"), done()], None).collect().await.expect("ok");
+        let (parts, end) =
+            turn(vec![token("hello"), token(""), token(" world"), done()], None).collect().await.expect("ok");
         assert_eq!(parts, vec![Part::Text("hello world".into())]);
         assert_eq!(end.usage.cached_tokens, 1);
         assert!(!end.made_calls);

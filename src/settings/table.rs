@@ -136,6 +136,20 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::SpeechModel, Some("speech-model"), None, Kind::Path, Scope::Speech)
     },
     Setting {
+        help: "the SQLite file keeping /v1/responses; 'none' keeps nothing; unset: responses.sqlite3 in the cache",
+        ..row(Key::ResponsesStore, Some("responses-store"), Some("TF_RESPONSES_STORE"), Kind::Text, Scope::Serve)
+    },
+    Setting {
+        default: Some("256"),
+        help: "most MiB of stored responses; the oldest go first",
+        ..row(Key::ResponsesStoreMb, Some("responses-store-mb"), None, count(1, 1 << 20), Scope::Serve)
+    },
+    Setting {
+        default: Some("30"),
+        help: "days a stored response is kept",
+        ..row(Key::ResponsesStoreDays, Some("responses-store-days"), None, count(1, 36500), Scope::Serve)
+    },
+    Setting {
         help: "do not load the default voice (hibari, fetched on first use)",
         ..row(Key::NoVoice, Some("no-voice"), None, Kind::Flag, Scope::Serve)
     },
