@@ -2,6 +2,7 @@
 
 pub mod body;
 pub mod error;
+pub mod messages;
 pub mod openapi;
 pub mod responses;
 pub mod routes;

@@ -103,6 +103,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("/v1/audio/speech", "POST"),
     ("/v1/audio/voices", "GET"),
     ("/v1/embeddings", "POST"),
+    ("/v1/messages", "POST"),
     ("/v1/responses", "POST"),
     ("/v1/responses/{response_id}", "GET"),
     ("/v1/responses/{response_id}", "DELETE"),
@@ -140,6 +141,11 @@ pub fn configure<B: Backend>(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/v1/embeddings")
             .route(web::post().to(super::text::embeddings::embeddings::<B>))
+            .default_service(web::to(only("POST"))),
+    )
+    .service(
+        web::resource("/v1/messages")
+            .route(web::post().to(super::messages::create::<B>))
             .default_service(web::to(only("POST"))),
     )
     .service(
@@ -200,6 +206,10 @@ async fn require_api_key(
             next.call(req).await.map(ServiceResponse::map_into_left_body)
         }
         None if req.path() == "/health" => next.call(req).await.map(ServiceResponse::map_into_left_body),
+        None if req.path().starts_with("/v1/messages") => {
+            let response = super::messages::AnthropicError(ApiError::Unauthorized).error_response();
+            Ok(req.into_response(response).map_into_right_body())
+        }
         None => {
             let response = ApiError::Unauthorized.error_response();
             Ok(req.into_response(response).map_into_right_body())

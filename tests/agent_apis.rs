@@ -1,5 +1,6 @@
-//! `/v1/responses` end to end: the official client's calls, a continuation equal to its whole history sent
-//! fresh, and stored responses that outlive a restart and stay with the key that made them.
+//! The APIs agents speak, end to end: `/v1/responses` through the official `openai` package, a continuation equal
+//! to its whole history sent fresh, stored responses that outlive a restart and stay with their key; and
+//! `/v1/messages` through the official `anthropic` package.
 
 mod common;
 
@@ -95,4 +96,25 @@ fn test_stored_responses_outlive_a_restart_and_stay_with_their_key() {
     assert_eq!(again.json(), made, "the stored response after a restart");
     let items = call(&server, "GET", &format!("{at}/input_items?order=asc"), Some("alpha"), None).json();
     assert_eq!(items["data"][0]["content"][0]["text"], "Count to three.", "{items}");
+}
+
+#[test]
+fn test_official_anthropic_client_runs_messages_with_tools_and_streams() {
+    let Some(python) = common::python_importing("anthropic") else { return };
+    let server = Server::start(&["--api-key", "gamma", "--no-voice"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/messages_client.py");
+    let output = Command::new(&python)
+        .arg(&script)
+        .args(["--base-url", &server.base_url(), "--api-key", "gamma"])
+        .output()
+        .expect("running tests/messages_client.py");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "messages_client.py: {}\n{stdout}\n{stderr}\n{}", output.status, server.stderr());
+    for case in ["create", "stream", "tools", "errors"] {
+        assert!(stdout.contains(&format!("ok   {case}")), "the script ran no {case} case:\n{stdout}");
+    }
+    let refused = call(&server, "POST", "/v1/messages", Some("wrong"), Some(&json!({"max_tokens": 1})));
+    assert_eq!(refused.status, 401);
+    assert_eq!(refused.json()["error"]["type"], "authentication_error", "Anthropic's shape on its route");
 }
