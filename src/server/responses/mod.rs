@@ -207,19 +207,34 @@ pub(in crate::server) async fn delete<B: Backend>(
     Ok(HttpResponse::Ok().json(json!({"id": *id, "object": "response.deleted", "deleted": true})))
 }
 
-#[derive(serde::Deserialize)]
-pub(in crate::server) struct ListQuery {
+/// `limit`, `order` and `after` from the query string; the last of a repeated key wins.
+struct ListQuery {
     limit: Option<usize>,
     order: Option<String>,
     after: Option<String>,
+}
+
+impl ListQuery {
+    fn parse(query: &str) -> Result<ListQuery, ApiError> {
+        let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
+            .map_err(|e| ApiError::invalid_body(format!("the query string does not parse: {e}")))?;
+        let last = |key: &str| pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+        let limit = match last("limit") {
+            None => None,
+            Some(text) => Some(text.parse().map_err(|_| {
+                ApiError::invalid("limit", format!("'limit' must be an integer in [1, 100], got '{text}'"))
+            })?),
+        };
+        Ok(ListQuery { limit, order: last("order"), after: last("after") })
+    }
 }
 
 pub(in crate::server) async fn input_items_list<B: Backend>(
     state: web::Data<AppState<B>>,
     req: HttpRequest,
     id: web::Path<String>,
-    query: web::Query<ListQuery>,
 ) -> Result<HttpResponse, ApiError> {
+    let query = ListQuery::parse(req.query_string())?;
     let record = stored(&state, caller(&req), id.clone()).await?.ok_or_else(|| not_found(&id, "response_id"))?;
     let mut items = record.input_items;
     match query.order.as_deref() {
