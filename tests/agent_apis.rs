@@ -6,6 +6,7 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::server::{request, Response, Server};
 use serde_json::{json, Value};
@@ -42,6 +43,15 @@ fn test_official_openai_client_runs_every_responses_call() {
     for case in ["create", "stream", "parse", "function_calls", "background", "stored"] {
         assert!(stdout.contains(&format!("ok   {case}")), "the script ran no {case} case:\n{stdout}");
     }
+}
+
+#[test]
+fn test_an_openai_agents_sdk_agent_runs_a_tool_through_its_default_responses_model() {
+    let Some(python) = common::python_importing("agents, openai") else { return };
+    let server = Server::start(&["--no-voice"]);
+    let args = ["--base-url", &format!("{}/v1", server.base_url())];
+    let last = common::run_python_tool(&python, "tests/agents_sdk.py", &args, || server.stderr());
+    assert!(last.starts_with("ok   agent_tool"), "{last}");
 }
 
 #[test]
@@ -117,4 +127,34 @@ fn test_official_anthropic_client_runs_messages_with_tools_and_streams() {
     let refused = call(&server, "POST", "/v1/messages", Some("wrong"), Some(&json!({"max_tokens": 1})));
     assert_eq!(refused.status, 401);
     assert_eq!(refused.json()["error"]["type"], "authentication_error", "Anthropic's shape on its route");
+}
+
+#[test]
+fn test_a_dropped_stream_frees_its_lane_at_once_on_both_routes() {
+    let server = Server::start(&["--no-voice"]);
+    let bodies = [
+        (
+            "/v1/responses",
+            json!({"input": "Write a very long story.", "max_output_tokens": 3000, "stream": true,
+            "store": false, "temperature": 1.0}),
+        ),
+        (
+            "/v1/messages",
+            json!({"messages": [{"role": "user", "content": "Write a very long story."}],
+            "max_tokens": 3000, "stream": true, "temperature": 1.0}),
+        ),
+    ];
+    for (path, body) in bodies {
+        let mut stream = server.stream(path, &body);
+        for _ in 0..6 {
+            assert!(stream.next_data().expect("reading the stream").is_some(), "{path}: the stream ended early");
+        }
+        assert_eq!(server.metrics().get("tensorfold_requests_running"), Some(&1.0), "{path}: one lane running");
+        drop(stream);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while server.metrics().get("tensorfold_requests_running") != Some(&0.0) {
+            assert!(Instant::now() < deadline, "{path}: the lane outlived its client");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }

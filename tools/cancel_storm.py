@@ -3,12 +3,12 @@
 
     python3 tools/cancel_storm.py --base-url http://127.0.0.1:8000 --count 10000 --concurrency 16
 
-Each drop picks a request (chat or completions, streamed or not, speech when the server has a voice, embeddings)
-and a moment: before the body is whole, right after it (queued or in prefill), or after a random number of reply
-bytes; and a way to go: close, half-close then close, or a reset (SO_LINGER 0). After every --check-every drops
-and at the end it waits until the server is idle and compares /metrics with the baseline taken before: requests
-running and waiting, KV pages held by requests and the ledger's bytes must all be back. A request that a client
-did not drop (one in five, read to its end) must have succeeded. It prints one JSON line and exits 1 on a leak.
+Each drop picks a request (chat, completions, responses or messages, streamed or not, speech when the server has
+a voice, embeddings) and a moment: before the body is whole, right after it (queued or in prefill), or after a
+random number of reply bytes; and a way to go: close, half-close then close, or a reset (SO_LINGER 0). After every
+--check-every drops and at the end it waits until the server is idle and compares /metrics with the baseline taken
+before: requests running and waiting, KV pages held by requests and the ledger's bytes must all be back. A request
+that a client did not drop (one in five, read to its end) must have succeeded. It prints one JSON line and exits 1 on a leak.
 """
 
 import argparse
@@ -58,6 +58,12 @@ def body_for(kind, rng, voice):
                                          "max_tokens": rng.randint(1, 32), "stream": stream, "seed": rng.randint(0, 99)}
     if kind.startswith("completion"):
         return "/v1/completions", {"model": "any", "prompt": words, "max_tokens": rng.randint(1, 32), "stream": stream}
+    if kind.startswith("responses"):
+        return "/v1/responses", {"model": "any", "input": words, "max_output_tokens": rng.randint(1, 32),
+                                 "stream": stream, "store": False}
+    if kind.startswith("messages"):
+        return "/v1/messages", {"model": "any", "messages": [{"role": "user", "content": words}],
+                                "max_tokens": rng.randint(1, 32), "stream": stream}
     if kind == "speech":
         return "/v1/audio/speech", {"model": "tts-1", "voice": voice, "input": words, "response_format": "pcm"}
     return "/v1/embeddings", {"model": "any", "input": [words, words[::-1]]}
@@ -131,6 +137,7 @@ def main():
     host, port = url.hostname, url.port or 80
     voice_list = voices(args.base_url)
     kinds = ["chat_stream", "chat", "completion_stream", "completion", "embeddings"]
+    kinds += ["responses_stream", "responses", "messages_stream", "messages"]
     kinds += ["speech"] * bool(voice_list)
     baseline = metrics(args.base_url)
     summary = {"dropped": 0, "read_to_end": 0, "failed_to_end": 0, "client_errors": 0, "checks": 0, "leaks": []}

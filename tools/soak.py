@@ -27,6 +27,7 @@ import urllib.request
 from cancel_storm import voices
 
 KINDS = ["chat_stream"] * 4 + ["chat"] * 2 + ["completion"] * 2 + ["speech"] * 2 + ["embeddings", "dropped", "bad"]
+KINDS += ["responses", "responses_stream", "messages_stream"]
 WORDS = ["sea", "light", "stone", "river", "map", "song", "harbor", "wind", "lamp", "north"]
 
 
@@ -43,6 +44,11 @@ def request_for(kind, rng, voice):
     chat = {"model": "any", "messages": [{"role": "user", "content": words}], "max_tokens": rng.randint(8, 64)}
     if kind in ("chat", "chat_stream", "dropped"):
         return "/v1/chat/completions", {**chat, "stream": kind != "chat", "seed": rng.randint(0, 999)}
+    if kind.startswith("responses"):
+        return "/v1/responses", {"model": "any", "input": words, "max_output_tokens": chat["max_tokens"],
+                                 "stream": kind != "responses", "store": False}
+    if kind == "messages_stream":
+        return "/v1/messages", {**chat, "stream": True}
     if kind == "completion":
         return "/v1/completions", {"model": "any", "prompt": words, "max_tokens": rng.randint(8, 64)}
     if kind == "speech":
