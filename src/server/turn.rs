@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use actix_web::web;
 use tensorfold_actors::request_types::{Event, FinishReason, Usage, ValidRequest, Work};
+use tensorfold_engine::text::reasoning::{Piece, ReasoningSplit};
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
@@ -17,6 +18,8 @@ use super::{AppState, Backend};
 /// A piece of the assistant's reply, in the order the model wrote it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Part {
+    /// Thinking of a template that thinks, split from the answer.
+    Reasoning(String),
     Text(String),
     /// A whole call: `arguments` is JSON text.
     Call {
@@ -45,6 +48,7 @@ pub struct Step {
 pub struct Turn {
     events: mpsc::Receiver<Event>,
     tools: Option<ToolStream>,
+    reasoning: Option<ReasoningSplit>,
     done: bool,
 }
 
@@ -61,7 +65,7 @@ pub async fn start<B: Backend>(state: &AppState<B>, request: ChatCompletionReque
     };
     let request = ValidRequest { model: state.model_name.clone(), work: Work::Tokens(work) };
     let events = state.runtime.submit(request).await?;
-    Ok(Turn::new(events, reply.tools.map(ToolStream::new)))
+    Ok(Turn::new(events, reply.tools.map(ToolStream::new), reply.reasoning.map(ReasoningSplit::new)))
 }
 
 /// What validation reads of the server's text model.
@@ -74,8 +78,8 @@ pub fn text_model<B: Backend>(state: &AppState<B>) -> TextModel {
 }
 
 impl Turn {
-    pub fn new(events: mpsc::Receiver<Event>, tools: Option<ToolStream>) -> Turn {
-        Turn { events, tools, done: false }
+    pub fn new(events: mpsc::Receiver<Event>, tools: Option<ToolStream>, reasoning: Option<ReasoningSplit>) -> Turn {
+        Turn { events, tools, reasoning, done: false }
     }
 
     /// The parts the lane's next event completes; an error once the lane failed or vanished.
@@ -87,7 +91,9 @@ impl Turn {
             Some(Event::Token { text, .. }) => Ok(Step { parts: self.parts(&text), end: None }),
             Some(Event::Done { finish, usage }) => {
                 self.done = true;
-                let parts = self.tools.as_mut().map(|t| parts(t.finish())).unwrap_or_default();
+                let rest = self.reasoning.as_mut().map(ReasoningSplit::finish).unwrap_or_default();
+                let mut parts = self.pieces(rest);
+                parts.extend(self.tools.as_mut().map(|t| parts_of(t.finish())).unwrap_or_default());
                 let made_calls = self.tools.as_ref().is_some_and(ToolStream::made_calls);
                 Ok(Step { parts, end: Some(End { finish, made_calls, usage }) })
             }
@@ -107,6 +113,7 @@ impl Turn {
             for part in step.parts {
                 match (all.last_mut(), part) {
                     (Some(Part::Text(text)), Part::Text(more)) => text.push_str(&more),
+                    (Some(Part::Reasoning(text)), Part::Reasoning(more)) => text.push_str(&more),
                     (_, part) => all.push(part),
                 }
             }
@@ -120,10 +127,24 @@ impl Turn {
         if text.is_empty() {
             return Vec::new();
         }
-        match self.tools.as_mut() {
-            None => vec![Part::Text(text.to_string())],
-            Some(tools) => parts(tools.push(text)),
+        let pieces = match self.reasoning.as_mut() {
+            Some(split) => split.push(text),
+            None => vec![Piece::Answer(text.to_string())],
+        };
+        self.pieces(pieces)
+    }
+
+    /// Reasoning as it is; the answer through the tool parser, when tools are in play.
+    fn pieces(&mut self, pieces: Vec<Piece>) -> Vec<Part> {
+        let mut out = Vec::new();
+        for piece in pieces {
+            match (piece, self.tools.as_mut()) {
+                (Piece::Reasoning(text), _) => out.push(Part::Reasoning(text)),
+                (Piece::Answer(text), None) => out.push(Part::Text(text)),
+                (Piece::Answer(text), Some(tools)) => out.extend(parts_of(tools.push(&text))),
+            }
         }
+        out
     }
 
     fn failed(&mut self, error: ApiError) -> ApiError {
@@ -132,7 +153,7 @@ impl Turn {
     }
 }
 
-fn parts(stream: Vec<StreamPart>) -> Vec<Part> {
+fn parts_of(stream: Vec<StreamPart>) -> Vec<Part> {
     stream
         .into_iter()
         .filter_map(|part| match part {
@@ -168,7 +189,7 @@ mod tests {
         for event in events {
             sender.try_send(event).expect("room in the channel");
         }
-        Turn::new(receiver, tools.map(ToolStream::new))
+        Turn::new(receiver, tools.map(ToolStream::new), None)
     }
 
     #[actix_web::test]

@@ -74,6 +74,21 @@ pub fn render_chat_with_tools(
     bos_token: &str,
     eos_token: &str,
 ) -> Result<String, ChatError> {
+    let none = serde_json::Map::new();
+    render_chat_with_kwargs(template, messages, tools, add_generation_prompt, bos_token, eos_token, &none)
+}
+
+/// As `render_chat_with_tools`, with the request's `chat_template_kwargs` (`enable_thinking`, ..) as variables;
+/// they cannot replace the variables the render sets itself.
+pub fn render_chat_with_kwargs(
+    template: &str,
+    messages: &[ChatMessage],
+    tools: Option<&[serde_json::Value]>,
+    add_generation_prompt: bool,
+    bos_token: &str,
+    eos_token: &str,
+    kwargs: &serde_json::Map<String, serde_json::Value>,
+) -> Result<String, ChatError> {
     let env = environment();
     let source = without_generation_tags(template);
     let compiled = env.template_from_str(&source).map_err(|e| ChatError::Syntax(describe(&e)))?;
@@ -85,6 +100,7 @@ pub fn render_chat_with_tools(
         // transformers passes these as None when the request has none; templates test `is not none`.
         tools => tools.map_or_else(|| Value::from(()), Value::from_serialize),
         documents => Value::from(()),
+        ..Value::from_serialize(kwargs)
     };
     compiled.render(context).map_err(|e| ChatError::Render(describe(&e)))
 }
@@ -456,6 +472,18 @@ ASSISTANT:
     fn test_tools_and_documents_are_none() {
         let template = "{% if tools is not none %}T{% endif %}{% if documents is none %}D{% endif %}";
         assert_eq!(render(template, &[]).unwrap(), "D");
+    }
+
+    #[test]
+    fn test_template_kwargs_are_variables_but_cannot_replace_the_render_s_own() {
+        let template = "{% if enable_thinking is defined and enable_thinking is false %}off{% else %}on{% endif %}\
+            {{ messages | length }}";
+        let kwargs = |v: serde_json::Value| v.as_object().cloned().unwrap_or_default();
+        let messages = [ChatMessage::new("user", "hi")];
+        let off = kwargs(serde_json::json!({"enable_thinking": false, "messages": []}));
+        let render = |kw| render_chat_with_kwargs(template, &messages, None, true, "", "", kw).unwrap();
+        assert_eq!(render(&off), "off1");
+        assert_eq!(render(&kwargs(serde_json::json!({}))), "on1");
     }
 
     #[test]

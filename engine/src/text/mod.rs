@@ -2,5 +2,6 @@
 
 pub mod chat;
 pub mod grammar;
+pub mod reasoning;
 pub mod tokenizer;
 pub mod tool_calls;

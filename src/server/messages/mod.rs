@@ -83,6 +83,7 @@ fn tool_input(arguments: &str) -> Value {
 
 fn content_block(part: &Part) -> Value {
     match part {
+        Part::Reasoning(text) => json!({"type": "thinking", "thinking": text, "signature": ""}),
         Part::Text(text) => json!({"type": "text", "text": text}),
         Part::Call { id, name, arguments } => {
             json!({"type": "tool_use", "id": id, "name": name, "input": tool_input(arguments)})

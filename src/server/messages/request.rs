@@ -34,10 +34,18 @@ pub fn parse(body: &[u8]) -> Result<(ChatCompletionRequest, bool), ApiError> {
         chat.insert("tool_choice".into(), choice);
         chat.insert("parallel_tool_calls".into(), json!(parallel));
     }
-    for key in ["model", "temperature", "top_p", "top_k", "seed", "cache", "draft"] {
+    let sampling = ["temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty"];
+    for key in sampling.into_iter().chain(["model", "logit_bias", "repetition_penalty", "cache", "draft"]) {
         if let Some(value) = fields.take_value(key) {
             chat.insert(key.into(), value);
         }
+    }
+    let mut kwargs: Map<String, Value> = fields.take("chat_template_kwargs")?.unwrap_or_default();
+    if let Some(kind) = fields.take_value("thinking").as_ref().and_then(|t| t.get("type")).and_then(Value::as_str) {
+        kwargs.entry("enable_thinking").or_insert(json!(kind != "disabled"));
+    }
+    if !kwargs.is_empty() {
+        chat.insert("chat_template_kwargs".into(), Value::Object(kwargs));
     }
     let stream = fields.take("stream")?.unwrap_or(false);
     let request =

@@ -14,25 +14,32 @@ fn event(kind: &str, mut data: Value) -> String {
     format!("event: {kind}\ndata: {data}\n\n")
 }
 
-/// The blocks written so far; a text block stays open until a call or the end.
+/// The blocks written so far; a text or thinking block stays open until another kind of block or the end.
 struct Blocks {
     count: usize,
-    text_open: bool,
+    open: Option<&'static str>,
 }
 
 impl Blocks {
+    /// Opens a block of `kind` unless one is open, then writes `delta` into it.
+    fn write(&mut self, kind: &'static str, delta: Value) -> String {
+        let mut out = String::new();
+        if self.open != Some(kind) {
+            out += &self.close();
+            let block = match kind {
+                "thinking" => json!({"type": "thinking", "thinking": "", "signature": ""}),
+                _ => json!({"type": "text", "text": ""}),
+            };
+            out += &event("content_block_start", json!({"index": self.count, "content_block": block}));
+            self.open = Some(kind);
+        }
+        out + &event("content_block_delta", json!({"index": self.count, "delta": delta}))
+    }
+
     fn part(&mut self, part: Part) -> String {
         match part {
-            Part::Text(text) => {
-                let mut out = String::new();
-                if !self.text_open {
-                    let block = json!({"type": "text", "text": ""});
-                    out += &event("content_block_start", json!({"index": self.count, "content_block": block}));
-                    self.text_open = true;
-                }
-                let delta = json!({"type": "text_delta", "text": text});
-                out + &event("content_block_delta", json!({"index": self.count, "delta": delta}))
-            }
+            Part::Reasoning(text) => self.write("thinking", json!({"type": "thinking_delta", "thinking": text})),
+            Part::Text(text) => self.write("text", json!({"type": "text_delta", "text": text})),
             Part::Call { id, name, arguments } => {
                 let mut out = self.close();
                 let block = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
@@ -48,10 +55,9 @@ impl Blocks {
     }
 
     fn close(&mut self) -> String {
-        if !self.text_open {
+        if self.open.take().is_none() {
             return String::new();
         }
-        self.text_open = false;
         self.count += 1;
         event("content_block_stop", json!({"index": self.count - 1}))
     }
@@ -69,7 +75,7 @@ pub fn events(turn: Turn, id: String, model: String) -> impl Stream<Item = Resul
     let message = json!({"id": id, "type": "message", "role": "assistant", "model": model, "content": [],
         "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}});
     let opening = event("message_start", json!({"message": message})) + &event("ping", json!({}));
-    let blocks = Blocks { count: 0, text_open: false };
+    let blocks = Blocks { count: 0, open: None };
     stream::unfold(Some((turn, blocks, Some(opening))), |state| async move {
         let (mut turn, mut blocks, opening) = state?;
         if let Some(opening) = opening {

@@ -118,6 +118,12 @@ pub fn message_item(id: &str, text: &str, status: &str) -> Value {
     json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
 }
 
+/// A reasoning item holding the thinking as `reasoning_text`; no summary is written.
+pub fn reasoning_item(id: &str, text: &str, status: &str) -> Value {
+    let content = if status == "in_progress" { json!([]) } else { json!([{"type": "reasoning_text", "text": text}]) };
+    json!({"type": "reasoning", "id": id, "status": status, "summary": [], "content": content})
+}
+
 pub fn text_part(text: &str) -> Value {
     json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
 }
@@ -132,6 +138,7 @@ pub fn output_items(parts: &[Part]) -> Vec<Value> {
     parts
         .iter()
         .map(|part| match part {
+            Part::Reasoning(text) => reasoning_item(&new_id("rs"), text, "completed"),
             Part::Text(text) => message_item(&new_id("msg"), text, "completed"),
             Part::Call { id, name, arguments } => call_item(&new_id("fc"), id, name, arguments, "completed"),
         })

@@ -81,7 +81,8 @@ pub fn parse(body: &[u8]) -> Result<(ResponseParams, Map<String, Value>), ApiErr
             params.text_format = format.clone();
         }
     }
-    for key in ["temperature", "top_p", "top_k", "min_p", "seed", "stop", "repetition_penalty", "cache", "draft"] {
+    let sampling = ["top_k", "min_p", "seed", "stop", "repetition_penalty", "presence_penalty", "frequency_penalty"];
+    for key in sampling.into_iter().chain(["logit_bias", "cache", "draft"]) {
         if let Some(value) = fields.take_value(key) {
             chat.insert(key.into(), value);
         }
@@ -90,6 +91,13 @@ pub fn parse(body: &[u8]) -> Result<(ResponseParams, Map<String, Value>), ApiErr
         if let Some(value) = value {
             chat.insert(key.into(), json!(value));
         }
+    }
+    let mut kwargs: Map<String, Value> = fields.take("chat_template_kwargs")?.unwrap_or_default();
+    if let Some(effort) = params.reasoning.get("effort").and_then(Value::as_str) {
+        kwargs.entry("enable_thinking").or_insert(json!(effort != "none"));
+    }
+    if !kwargs.is_empty() {
+        chat.insert("chat_template_kwargs".into(), Value::Object(kwargs));
     }
     if let Some(max) = params.max_output_tokens {
         chat.insert("max_completion_tokens".into(), json!(max));

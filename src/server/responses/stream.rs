@@ -6,13 +6,14 @@ use bytes::Bytes;
 use futures_util::stream::{self, Stream};
 use serde_json::{json, Value};
 
-use super::object::{call_item, final_status, message_item, new_id, text_part, Frame, Status};
+use super::object::{call_item, final_status, message_item, new_id, reasoning_item, text_part, Frame, Status};
 use super::Saver;
 use crate::server::error::ApiError;
 use crate::server::turn::{End, Part, Turn};
 
-/// The message item being written, if any.
-struct OpenMessage {
+/// The message or reasoning item being written, if any.
+struct OpenItem {
+    reasoning: bool,
     id: String,
     output_index: usize,
     text: String,
@@ -23,7 +24,7 @@ pub struct EventWriter {
     frame: Frame,
     sequence: u64,
     output: Vec<Value>,
-    open: Option<OpenMessage>,
+    open: Option<OpenItem>,
 }
 
 impl EventWriter {
@@ -47,25 +48,8 @@ impl EventWriter {
 
     pub fn part(&mut self, part: Part) -> String {
         match part {
-            Part::Text(delta) => {
-                let mut out = String::new();
-                if self.open.is_none() {
-                    let (id, output_index) = (new_id("msg"), self.output.len());
-                    let item = message_item(&id, "", "in_progress");
-                    out +=
-                        &self.event("response.output_item.added", json!({"output_index": output_index, "item": item}));
-                    let part =
-                        json!({"item_id": id, "output_index": output_index, "content_index": 0, "part": text_part("")});
-                    out += &self.event("response.content_part.added", part);
-                    self.output.push(Value::Null);
-                    self.open = Some(OpenMessage { id, output_index, text: String::new() });
-                }
-                let Some(open) = self.open.as_mut() else { return out };
-                open.text.push_str(&delta);
-                let data = json!({"item_id": open.id, "output_index": open.output_index, "content_index": 0,
-                    "delta": delta, "logprobs": []});
-                out + &self.event("response.output_text.delta", data)
-            }
+            Part::Reasoning(delta) => self.write(true, delta),
+            Part::Text(delta) => self.write(false, delta),
             Part::Call { id: call_id, name, arguments } => {
                 let mut out = self.close_message();
                 let (id, output_index) = (new_id("fc"), self.output.len());
@@ -82,9 +66,48 @@ impl EventWriter {
         }
     }
 
+    /// Opens a message (or reasoning) item unless one is open, then writes `delta` into it.
+    fn write(&mut self, reasoning: bool, delta: String) -> String {
+        let mut out = String::new();
+        if self.open.as_ref().is_some_and(|open| open.reasoning != reasoning) {
+            out += &self.close_message();
+        }
+        if self.open.is_none() {
+            let output_index = self.output.len();
+            let id = new_id(if reasoning { "rs" } else { "msg" });
+            let item =
+                if reasoning { reasoning_item(&id, "", "in_progress") } else { message_item(&id, "", "in_progress") };
+            out += &self.event("response.output_item.added", json!({"output_index": output_index, "item": item}));
+            if !reasoning {
+                let part =
+                    json!({"item_id": id, "output_index": output_index, "content_index": 0, "part": text_part("")});
+                out += &self.event("response.content_part.added", part);
+            }
+            self.output.push(Value::Null);
+            self.open = Some(OpenItem { reasoning, id, output_index, text: String::new() });
+        }
+        let Some(open) = self.open.as_mut() else { return out };
+        open.text.push_str(&delta);
+        let mut data =
+            json!({"item_id": open.id, "output_index": open.output_index, "content_index": 0, "delta": delta});
+        if reasoning {
+            return out + &self.event("response.reasoning_text.delta", data);
+        }
+        data["logprobs"] = json!([]);
+        out + &self.event("response.output_text.delta", data)
+    }
+
     fn close_message(&mut self) -> String {
-        let Some(OpenMessage { id, output_index, text }) = self.open.take() else { return String::new() };
+        let Some(OpenItem { reasoning, id, output_index, text }) = self.open.take() else { return String::new() };
         let at = json!({"item_id": id, "output_index": output_index, "content_index": 0});
+        if reasoning {
+            let mut done = at;
+            done["text"] = json!(text);
+            let out = self.event("response.reasoning_text.done", done);
+            let item = reasoning_item(&id, &text, "completed");
+            self.output[output_index] = item.clone();
+            return out + &self.event("response.output_item.done", json!({"output_index": output_index, "item": item}));
+        }
         let mut done = at.clone();
         done["text"] = json!(text);
         done["logprobs"] = json!([]);

@@ -82,6 +82,8 @@ pub struct ChatCompletionRequest {
     pub max_completion_tokens: Option<u64>,
     pub logprobs: bool,
     pub top_logprobs: Option<u64>,
+    /// Variables for the chat template (`enable_thinking`, ..), as transformers' `apply_chat_template` takes them.
+    pub template_kwargs: Map<String, Value>,
 }
 
 /// A completions prompt: text, or token ids as they are.
@@ -182,6 +184,7 @@ impl ChatCompletionRequest {
             max_completion_tokens: fields.take("max_completion_tokens")?,
             logprobs: fields.take("logprobs")?.unwrap_or(false),
             top_logprobs: fields.take("top_logprobs")?,
+            template_kwargs: fields.take("chat_template_kwargs")?.unwrap_or_default(),
         })
     }
 }

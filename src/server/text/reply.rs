@@ -13,6 +13,7 @@ use super::openai::{
 use super::tools::assistant_message;
 use super::validate::ReplyOptions;
 use crate::server::error::ApiError;
+use tensorfold_engine::text::reasoning::{ReasoningSplit, ThinkStart};
 use tensorfold_engine::text::tokenizer::Tokenizer;
 use tensorfold_engine::text::tool_calls::ToolFormat;
 
@@ -120,6 +121,7 @@ pub enum Reply {
 pub struct Collector {
     kind: Kind,
     tools: Option<ToolFormat>,
+    reasoning: Option<ThinkStart>,
     logprobs: Option<LogprobText>,
     text: String,
     chat_logprobs: Vec<ChatLogprobToken>,
@@ -130,6 +132,7 @@ pub struct Collector {
 pub struct Collected {
     text: String,
     tools: Option<ToolFormat>,
+    reasoning: Option<ThinkStart>,
     chat_logprobs: Option<ChatLogprobs>,
     completion_logprobs: Option<CompletionLogprobs>,
     finish: FinishReason,
@@ -142,6 +145,7 @@ impl Collector {
         Collector {
             kind,
             tools: options.tools,
+            reasoning: options.reasoning,
             logprobs: options.logprobs.then(|| LogprobText::new(tokenizer)),
             text: prefix,
             chat_logprobs: Vec::new(),
@@ -176,6 +180,7 @@ impl Collector {
         Collected {
             text: std::mem::take(&mut self.text),
             tools: self.tools,
+            reasoning: self.reasoning,
             chat_logprobs: (wants && self.kind == Kind::Chat)
                 .then(|| ChatLogprobs { content: std::mem::take(&mut self.chat_logprobs) }),
             completion_logprobs: (wants && self.kind == Kind::Completion)
@@ -212,7 +217,13 @@ pub fn reply(meta: &ReplyMeta, choices: Vec<Collected>, n: usize) -> Reply {
                 .into_iter()
                 .zip(0..)
                 .map(|(c, index)| {
-                    let (message, finish_reason) = assistant_message(c.tools, c.text, c.finish.as_str());
+                    let (reasoning, text) = match c.reasoning {
+                        Some(start) => ReasoningSplit::split(start, &c.text),
+                        None => (None, c.text),
+                    };
+                    let (mut message, finish_reason) = assistant_message(c.tools, text, c.finish.as_str());
+                    message.reasoning_content.clone_from(&reasoning);
+                    message.reasoning = reasoning;
                     ChatChoice { index, message, logprobs: c.chat_logprobs, finish_reason }
                 })
                 .collect(),
@@ -263,7 +274,7 @@ mod tests {
     }
 
     fn options(logprobs: bool) -> ReplyOptions {
-        ReplyOptions { stream: false, include_usage: false, logprobs, n: 1, tools: None }
+        ReplyOptions { stream: false, include_usage: false, logprobs, n: 1, tools: None, reasoning: None }
     }
 
     fn token(id: u32, text: &str) -> Event {

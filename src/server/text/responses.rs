@@ -57,6 +57,11 @@ pub struct AssistantMessage {
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallBody>>,
+    /// The reasoning of a template that thinks, under both names clients read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
 }
 
 /// One call in a reply: `arguments` is JSON text, as OpenAI sends it.
@@ -119,6 +124,17 @@ pub struct Delta {
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+}
+
+impl Delta {
+    /// A piece of reasoning, under both names clients read.
+    pub fn reasoning(text: String) -> Delta {
+        Delta { reasoning_content: Some(text.clone()), reasoning: Some(text), ..Delta::default() }
+    }
 }
 
 #[derive(Debug, Serialize)]

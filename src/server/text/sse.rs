@@ -16,6 +16,7 @@ use super::reply::{merged_usage, Kind, LogprobText, ReplyMeta, ENDED_EARLY};
 use super::tools::{tool_deltas, tool_finish_reason, StreamPart, ToolStream};
 use super::validate::ReplyOptions;
 use crate::server::error::ApiError;
+use tensorfold_engine::text::reasoning::{Piece, ReasoningSplit};
 use tensorfold_engine::text::tokenizer::Tokenizer;
 
 pub const DONE: &str = "data: [DONE]\n\n";
@@ -42,6 +43,30 @@ struct ChoiceState {
     usage: Option<Usage>,
     /// Holds back text that may start a tool call, when tools are in play.
     tools: Option<ToolStream>,
+    /// Splits reasoning from the answer, when the template thinks.
+    reasoning: Option<ReasoningSplit>,
+}
+
+impl ChoiceState {
+    /// A chat token's deltas: its reasoning, then the answer's content and calls.
+    fn deltas(&mut self, text: String) -> Vec<Delta> {
+        let pieces = match self.reasoning.as_mut() {
+            Some(split) => split.push(&text),
+            None => vec![Piece::Answer(text)],
+        };
+        self.piece_deltas(pieces)
+    }
+
+    fn piece_deltas(&mut self, pieces: Vec<Piece>) -> Vec<Delta> {
+        let mut deltas = Vec::new();
+        for piece in pieces {
+            match piece {
+                Piece::Reasoning(text) => deltas.push(Delta::reasoning(text)),
+                Piece::Answer(text) => deltas.extend(tool_deltas(self.tools.as_mut(), text)),
+            }
+        }
+        deltas
+    }
 }
 
 /// Turns the events of a request's choices into SSE text.
@@ -67,6 +92,7 @@ impl ChunkWriter {
                 prefix,
                 usage: None,
                 tools: options.tools.map(ToolStream::new),
+                reasoning: options.reasoning.map(ReasoningSplit::new),
             })
             .collect();
         ChunkWriter { meta, include_usage: options.include_usage, n: options.n, choices }
@@ -98,7 +124,7 @@ impl ChunkWriter {
         for (index, choice) in (0..).zip(&self.choices) {
             match self.meta.kind {
                 Kind::Chat => {
-                    let delta = Delta { role: Some("assistant"), content: Some(String::new()), tool_calls: None };
+                    let delta = Delta { role: Some("assistant"), content: Some(String::new()), ..Delta::default() };
                     let choice = ChatChunkChoice { index, delta, logprobs: None, finish_reason: None };
                     out += &frame(&self.chat_chunk(vec![choice], self.usage()));
                 }
@@ -140,7 +166,7 @@ impl ChunkWriter {
                     (Some(render), Some(lp)) => Some(ChatLogprobs { content: vec![render.chat(id, lp)] }),
                     _ => None,
                 };
-                let mut deltas = tool_deltas(choice.tools.as_mut(), text);
+                let mut deltas = choice.deltas(text);
                 if deltas.is_empty() && logprobs.is_some() {
                     deltas.push(Delta::default());
                 }
@@ -170,8 +196,10 @@ impl ChunkWriter {
         let mut held = Vec::new();
         if let Some(choice) = self.choices.get_mut(index) {
             choice.usage = Some(usage);
+            let rest = choice.reasoning.as_mut().map(ReasoningSplit::finish).unwrap_or_default();
+            held = choice.piece_deltas(rest);
             if let Some(tools) = choice.tools.as_mut() {
-                held = tools.finish().into_iter().map(StreamPart::into_delta).collect();
+                held.extend(tools.finish().into_iter().map(StreamPart::into_delta));
                 finish_reason = Some(tool_finish_reason(tools.made_calls(), finish.as_str()));
             }
         }
@@ -251,7 +279,7 @@ mod tests {
         let meta = ReplyMeta { id: "id-1".into(), created: 7, model: "tiny".into(), kind };
         ChunkWriter::new(
             meta,
-            ReplyOptions { stream: true, include_usage, logprobs, n: 1, tools: None },
+            ReplyOptions { stream: true, include_usage, logprobs, n: 1, tools: None, reasoning: None },
             tokenizer(),
             vec![String::new()],
         )

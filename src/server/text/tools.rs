@@ -303,11 +303,18 @@ pub fn assistant_message(
     finish: &'static str,
 ) -> (AssistantMessage, &'static str) {
     let Some(format) = tools else {
-        return (AssistantMessage { role: "assistant", content: Some(text), tool_calls: None }, finish);
+        let message = AssistantMessage {
+            role: "assistant",
+            content: Some(text),
+            tool_calls: None,
+            reasoning_content: None,
+            reasoning: None,
+        };
+        return (message, finish);
     };
     let (content, tool_calls) = reply_message(format, &text);
     let finish = tool_finish_reason(tool_calls.is_some(), finish);
-    (AssistantMessage { role: "assistant", content, tool_calls }, finish)
+    (AssistantMessage { role: "assistant", content, tool_calls, reasoning_content: None, reasoning: None }, finish)
 }
 
 /// A streamed chat token's deltas: its text as it is without tools, else the content and calls it completes.

@@ -9,8 +9,9 @@ use super::rules::{constraint, logit_rules};
 use super::tools::ToolSetup;
 use crate::server::error::ApiError;
 use tensorfold_engine::sampling::SamplingParams;
-use tensorfold_engine::text::chat::{render_chat_with_tools, ChatError};
+use tensorfold_engine::text::chat::{render_chat_with_kwargs, ChatError};
 use tensorfold_engine::text::grammar::Grammars;
+use tensorfold_engine::text::reasoning::ThinkStart;
 use tensorfold_engine::text::tokenizer::{StreamDecoder, Tokenizer};
 use tensorfold_engine::text::tool_calls::ToolFormat;
 
@@ -54,6 +55,8 @@ pub struct ReplyOptions {
     pub n: usize,
     /// How a chat reply's text is parsed into tool calls; `None` when tools are not in play.
     pub tools: Option<ToolFormat>,
+    /// Where a chat reply's reasoning starts; `None` when the template does not think.
+    pub reasoning: Option<ThinkStart>,
 }
 
 pub struct Validated {
@@ -90,7 +93,8 @@ pub fn validate_chat(request: ChatCompletionRequest, model: &TextModel) -> Resul
     let tools = ToolSetup::new(&request.messages, request.tools.as_ref(), template);
     let bos = tokenizer.bos_token().unwrap_or("");
     let eos = tokenizer.eos_token().unwrap_or("");
-    let rendered = render_chat_with_tools(template, &tools.messages, tools.tools.as_deref(), true, bos, eos);
+    let kwargs = &request.template_kwargs;
+    let rendered = render_chat_with_kwargs(template, &tools.messages, tools.tools.as_deref(), true, bos, eos, kwargs);
     let text = rendered.map_err(|e| match e {
         ChatError::Render(_) => ApiError::invalid("messages", e.to_string()),
         ChatError::Syntax(_) => ApiError::Internal(e.to_string()),
@@ -113,6 +117,7 @@ pub fn validate_chat(request: ChatCompletionRequest, model: &TextModel) -> Resul
     let mut valid = build(request.common, prompts, "messages", max_tokens, logprobs, model)?;
     tools.constrain(&mut valid.lanes, &model.grammars)?;
     valid.reply.tools = tools.format;
+    valid.reply.reasoning = ThinkStart::for_prompt(template, &text);
     Ok(valid)
 }
 
@@ -211,7 +216,14 @@ fn build(
     let grammar = common.response_format.as_ref().and_then(ResponseFormat::spec);
     let stop_strings: Vec<String> = common.stop.into_iter().filter(|s| !s.is_empty()).collect();
     let include_usage = common.stream_options.is_some_and(|o| o.include_usage);
-    let reply = ReplyOptions { stream: common.stream, include_usage, logprobs: logprobs.is_some(), n, tools: None };
+    let reply = ReplyOptions {
+        stream: common.stream,
+        include_usage,
+        logprobs: logprobs.is_some(),
+        n,
+        tools: None,
+        reasoning: None,
+    };
     let (mut lanes, mut prefixes) = (Vec::with_capacity(prompts.len() * n), Vec::with_capacity(prompts.len() * n));
     for (prompt, max_tokens) in prompts.into_iter().zip(budgets) {
         for _ in 0..n {
@@ -353,7 +365,8 @@ mod tests {
         assert_eq!(valid.lanes[0].max_tokens, CONTEXT - expected.len());
         assert_eq!(valid.lanes[0].stop_ids, tok.eos_ids());
         assert_eq!(valid.lanes[0].logprobs, None);
-        let expected = ReplyOptions { stream: false, include_usage: false, logprobs: false, n: 1, tools: None };
+        let expected =
+            ReplyOptions { stream: false, include_usage: false, logprobs: false, n: 1, tools: None, reasoning: None };
         assert_eq!(valid.reply, expected);
     }
 
@@ -373,7 +386,9 @@ mod tests {
         assert_eq!(valid.lanes[0].stop_strings, ["a"]);
         assert_eq!(valid.lanes[0].max_tokens, 5);
         assert_eq!(valid.lanes[0].logprobs, Some(3));
-        assert_eq!(valid.reply, ReplyOptions { stream: true, include_usage: true, logprobs: true, n: 1, tools: None });
+        let expected =
+            ReplyOptions { stream: true, include_usage: true, logprobs: true, n: 1, tools: None, reasoning: None };
+        assert_eq!(valid.reply, expected);
     }
 
     #[test]
