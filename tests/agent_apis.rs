@@ -40,7 +40,7 @@ fn test_official_openai_client_runs_every_responses_call() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "responses_client.py: {}\n{stdout}\n{stderr}\n{}", output.status, server.stderr());
-    for case in ["create", "stream", "parse", "function_calls", "background", "stored"] {
+    for case in ["create", "stream", "parse", "function_calls", "background", "websocket", "stored"] {
         assert!(stdout.contains(&format!("ok   {case}")), "the script ran no {case} case:\n{stdout}");
     }
 }

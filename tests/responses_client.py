@@ -138,8 +138,41 @@ def background(client, model):
     return response.status
 
 
+def websocket(client, model):
+    """Three turns on one WebSocket, each continuing the last without the store; the third equals its whole
+    history sent fresh over HTTP with the cache off."""
+    turns, history, previous = [], [], None
+    with client.responses.connect() as connection:
+        for question in ["My name is Ada and I keep bees.", "What do I keep?", "And what is my name?"]:
+            event = {"type": "response.create", "model": model, "input": question, "max_output_tokens": 12,
+                     "temperature": 0, "store": False}
+            if previous:
+                event["previous_response_id"] = previous
+            connection.send(event)
+            deltas = []
+            for server_event in connection:
+                if server_event.type == "response.output_text.delta":
+                    deltas.append(server_event.delta)
+                if server_event.type == "error":
+                    raise AssertionError(f"error event {server_event}")
+                if server_event.type in ("response.completed", "response.incomplete", "response.failed"):
+                    response = server_event.response
+                    break
+            check(response.status in ("completed", "incomplete"), f"turn {len(turns)}: {response.status}")
+            check("".join(deltas) == response.output_text, "the deltas differ from the final text")
+            history += [{"role": "user", "content": question}] + [item.model_dump() for item in response.output]
+            turns.append(response)
+            previous = response.id
+    for turn in turns[1:]:
+        check(turn.usage.input_tokens_details.cached_tokens > 0, f"turn {turn.id} did not resume from the cache")
+    fresh = client.responses.create(model=model, input=history[:-len(turns[-1].output)], max_output_tokens=12,
+                                    temperature=0, store=False, extra_body={"cache": False})
+    check(fresh.output_text == turns[-1].output_text, f"{fresh.output_text!r} vs {turns[-1].output_text!r}")
+    return [turn.output_text for turn in turns]
+
+
 CASES = [("create", create), ("stream", stream), ("parse", parse), ("function_calls", function_calls),
-         ("background", background)]
+         ("background", background), ("websocket", websocket)]
 
 
 def main():

@@ -104,6 +104,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("/v1/audio/voices", "GET"),
     ("/v1/embeddings", "POST"),
     ("/v1/messages", "POST"),
+    ("/v1/responses", "GET"),
     ("/v1/responses", "POST"),
     ("/v1/responses/{response_id}", "GET"),
     ("/v1/responses/{response_id}", "DELETE"),
@@ -151,7 +152,8 @@ pub fn configure<B: Backend>(cfg: &mut web::ServiceConfig) {
     .service(
         web::resource("/v1/responses")
             .route(web::post().to(super::responses::create::<B>))
-            .default_service(web::to(only("POST"))),
+            .route(web::get().to(super::responses::socket::connect::<B>))
+            .default_service(web::to(only("GET, POST"))),
     )
     .service(
         web::resource("/v1/responses/{id}")

@@ -3,6 +3,7 @@
 
 pub mod object;
 pub mod request;
+pub mod socket;
 pub mod store;
 pub mod stream;
 
@@ -19,6 +20,7 @@ use self::store::{Record, Store};
 use super::body::{read_body, BodyLimit};
 use super::error::ApiError;
 use super::routes::Caller;
+use super::text::openai::ChatCompletionRequest;
 use super::{turn, unix_now, AppState, Backend};
 
 /// The store, and the background responses still running (so a cancel can stop them).
@@ -104,7 +106,7 @@ fn input_items(items: &[Value]) -> Vec<Value> {
         .collect()
 }
 
-fn caller(req: &HttpRequest) -> String {
+pub(in crate::server) fn caller(req: &HttpRequest) -> String {
     req.extensions().get::<Caller>().map(|c| c.0.clone()).unwrap_or_default()
 }
 
@@ -118,6 +120,51 @@ async fn stored<B: Backend>(state: &AppState<B>, owner: String, id: String) -> R
     web::block(move || responses.store.get(&owner, &id)).await.map_err(|e| ApiError::Internal(e.to_string()))?
 }
 
+/// A request ready to run: its frame, how it is saved, its chat request and the conversation it continues.
+pub struct Prepared {
+    pub frame: Frame,
+    pub saver: Saver,
+    pub chat: ChatCompletionRequest,
+    /// Every item of the conversation up to this response's output.
+    pub history: Vec<Value>,
+}
+
+/// A response a WebSocket connection keeps for its next turn, stored or not.
+pub struct Kept {
+    pub id: String,
+    /// The conversation through its output.
+    pub history: Vec<Value>,
+}
+
+/// Parses `body` and gathers the conversation it continues: from `kept` when it names that, else from the store.
+pub async fn prepare<B: Backend>(
+    state: &AppState<B>,
+    owner: &str,
+    body: &[u8],
+    kept: Option<&Kept>,
+) -> Result<Prepared, ApiError> {
+    let (params, chat) = request::parse(body)?;
+    let mut history = Vec::new();
+    match (params.previous_response_id.clone(), kept) {
+        (Some(previous), Some(kept)) if kept.id == previous => history.clone_from(&kept.history),
+        (Some(previous), _) => {
+            let record = stored(state, owner.to_string(), previous.clone()).await?;
+            let record = record.ok_or_else(|| not_found(&previous, "previous_response_id"))?;
+            if !Status::from_object(&record.response).is_some_and(Status::is_final) {
+                let message = format!("response '{previous}' is still running; continue it once it is over");
+                return Err(ApiError::invalid("previous_response_id", message));
+            }
+            history = record.history;
+        }
+        (None, _) => {}
+    }
+    history.extend(params.input.iter().cloned());
+    let chat = request::chat_request(params.instructions.as_deref(), &history, chat)?;
+    let frame = Frame { id: new_id("resp"), created_at: unix_now(), model: state.model_name.clone(), params };
+    let saver = Saver::new(&state.responses, owner, &frame, history.clone());
+    Ok(Prepared { frame, saver, chat, history })
+}
+
 pub(in crate::server) async fn create<B: Backend>(
     state: web::Data<AppState<B>>,
     limit: web::Data<BodyLimit>,
@@ -125,29 +172,14 @@ pub(in crate::server) async fn create<B: Backend>(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload, limit.0).await?;
-    let (params, chat) = request::parse(&body)?;
-    let owner = caller(&req);
-    let mut history = Vec::new();
-    if let Some(previous) = params.previous_response_id.clone() {
-        let record = stored(&state, owner.clone(), previous.clone()).await?;
-        let record = record.ok_or_else(|| not_found(&previous, "previous_response_id"))?;
-        if !Status::from_object(&record.response).is_some_and(Status::is_final) {
-            let message = format!("response '{previous}' is still running; continue it once it is over");
-            return Err(ApiError::invalid("previous_response_id", message));
-        }
-        history = record.history;
-    }
-    history.extend(params.input.iter().cloned());
-    let chat = request::chat_request(params.instructions.as_deref(), &history, chat)?;
-    let (background, stream) = (params.background, params.stream);
-    let frame = Frame { id: new_id("resp"), created_at: unix_now(), model: state.model_name.clone(), params };
-    let saver = Saver::new(&state.responses, &owner, &frame, history);
+    let Prepared { frame, saver, chat, .. } = prepare(&state, &caller(&req), &body, None).await?;
+    let (background, stream) = (frame.params.background, frame.params.stream);
     let turn = turn::start(&state, chat).await?;
     if background {
         return Ok(HttpResponse::Ok().json(in_background(&state, turn, frame, saver).await));
     }
     if stream {
-        let writer = stream::EventWriter::new(frame);
+        let writer = stream::EventWriter::new(frame, stream::Framing::Sse);
         return Ok(HttpResponse::Ok()
             .content_type("text/event-stream")
             .insert_header((header::CACHE_CONTROL, "no-cache"))

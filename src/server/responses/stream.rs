@@ -1,4 +1,5 @@
-//! A streamed response: the Responses API's named server-sent events, each with its `sequence_number`.
+//! A streamed response: the Responses API's events, each with its `sequence_number`, as named server-sent
+//! events or as one JSON text per line for WebSocket messages.
 
 use std::convert::Infallible;
 
@@ -19,8 +20,18 @@ struct OpenItem {
     text: String,
 }
 
+/// How each event is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// `event: TYPE` and `data: JSON`, then a blank line.
+    Sse,
+    /// The JSON alone on one line (JSON text holds no raw newline), one WebSocket message each.
+    Lines,
+}
+
 /// Turns a turn's parts into events, keeping the output items for the final object.
 pub struct EventWriter {
+    framing: Framing,
     frame: Frame,
     sequence: u64,
     output: Vec<Value>,
@@ -28,15 +39,18 @@ pub struct EventWriter {
 }
 
 impl EventWriter {
-    pub fn new(frame: Frame) -> EventWriter {
-        EventWriter { frame, sequence: 0, output: Vec::new(), open: None }
+    pub fn new(frame: Frame, framing: Framing) -> EventWriter {
+        EventWriter { framing, frame, sequence: 0, output: Vec::new(), open: None }
     }
 
     fn event(&mut self, kind: &str, mut data: Value) -> String {
         data["type"] = json!(kind);
         data["sequence_number"] = json!(self.sequence);
         self.sequence += 1;
-        format!("event: {kind}\ndata: {data}\n\n")
+        match self.framing {
+            Framing::Sse => format!("event: {kind}\ndata: {data}\n\n"),
+            Framing::Lines => format!("{data}\n"),
+        }
     }
 
     /// `response.created` and `response.in_progress`.
@@ -137,6 +151,23 @@ impl EventWriter {
     }
 }
 
+/// The text the turn's next step writes, and the final object once the turn is over.
+pub async fn next_text(turn: &mut Turn, writer: &mut EventWriter) -> (String, Option<Value>) {
+    match turn.next().await {
+        Ok(step) => {
+            let mut text: String = step.parts.into_iter().map(|part| writer.part(part)).collect();
+            let Some(end) = step.end else { return (text, None) };
+            let (more, object) = writer.end(end);
+            text += &more;
+            (text, Some(object))
+        }
+        Err(error) => {
+            let (text, object) = writer.failed(&error);
+            (text, Some(object))
+        }
+    }
+}
+
 /// The response body: it owns the turn, so a client that goes away cancels the lane.
 pub fn events(turn: Turn, mut writer: EventWriter, saver: Saver) -> impl Stream<Item = Result<Bytes, Infallible>> {
     let opening = writer.opening();
@@ -146,23 +177,7 @@ pub fn events(turn: Turn, mut writer: EventWriter, saver: Saver) -> impl Stream<
             return Some((Ok(Bytes::from(opening)), Some((turn, writer, saver, None))));
         }
         loop {
-            let (text, last) = match turn.next().await {
-                Ok(step) => {
-                    let mut text: String = step.parts.into_iter().map(|part| writer.part(part)).collect();
-                    match step.end {
-                        Some(end) => {
-                            let (more, object) = writer.end(end);
-                            text += &more;
-                            (text, Some(object))
-                        }
-                        None => (text, None),
-                    }
-                }
-                Err(error) => {
-                    let (text, object) = writer.failed(&error);
-                    (text, Some(object))
-                }
-            };
+            let (text, last) = next_text(&mut turn, &mut writer).await;
             if let Some(object) = last {
                 saver.save(object).await;
                 return Some((Ok(Bytes::from(text)), None));
