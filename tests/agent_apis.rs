@@ -121,7 +121,7 @@ fn test_official_anthropic_client_runs_messages_with_tools_and_streams() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "messages_client.py: {}\n{stdout}\n{stderr}\n{}", output.status, server.stderr());
-    for case in ["create", "stream", "tools", "errors"] {
+    for case in ["create", "stop_sequences", "stream", "tools", "errors"] {
         assert!(stdout.contains(&format!("ok   {case}")), "the script ran no {case} case:\n{stdout}");
     }
     let refused = call(&server, "POST", "/v1/messages", Some("wrong"), Some(&json!({"max_tokens": 1})));

@@ -86,7 +86,16 @@ def errors(client, model):
     return "400"
 
 
-CASES = [("create", create), ("stream", stream), ("tools", tools), ("errors", errors)]
+def stop_sequences(client, model):
+    """A stop sequence ends the text, and the reply names it."""
+    message = client.messages.create(model=model, max_tokens=32, extra_body=GREEDY, stop_sequences=["Paris", "Lyon"],
+                                     messages=[{"role": "user", "content": "What is the capital of France?"}])
+    check(message.stop_reason == "stop_sequence" and message.stop_sequence == "Paris", f"reply {message}")
+    check("Paris" not in message.content[0].text, f"text {message.content}")
+    return message.content[0].text
+
+
+CASES = [("create", create), ("stop_sequences", stop_sequences), ("stream", stream), ("tools", tools), ("errors", errors)]
 
 
 def main():

@@ -106,7 +106,12 @@ impl RequestActor {
     }
 
     fn finish(&mut self, finish: FinishReason, ctx: &mut Context<Self>) {
-        self.send(Event::Done { finish, usage: self.usage }, ctx);
+        self.finish_at(finish, None, ctx);
+    }
+
+    /// Ends the request; `stop_sequence` is the stop string that ended its text, if one did.
+    fn finish_at(&mut self, finish: FinishReason, stop_sequence: Option<String>, ctx: &mut Context<Self>) {
+        self.send(Event::Done { finish, usage: self.usage, stop_sequence }, ctx);
         ctx.stop();
     }
 
@@ -126,12 +131,12 @@ impl RequestActor {
             text.push_str(&decoder.finish());
         }
         let mut released = stops.push(&text);
-        if msg.finish.is_some() && !released.stopped {
+        if msg.finish.is_some() && released.stopped.is_none() {
             released.text.push_str(&stops.finish());
         }
         self.send(Event::Token { id: msg.id, text: released.text, logprob: msg.logprob }, ctx);
-        if released.stopped {
-            self.finish(FinishReason::Stop, ctx);
+        if let Some(stop) = released.stopped {
+            self.finish_at(FinishReason::Stop, Some(stop), ctx);
         } else if let Some(finish) = msg.finish {
             self.finish(finish, ctx);
         }

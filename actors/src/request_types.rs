@@ -30,24 +30,17 @@ pub struct Usage {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// One generated token and the text it completed (text held back by stop strings comes later).
-    Token {
-        id: u32,
-        text: String,
-        logprob: Option<TokenLogprob>,
-    },
+    Token { id: u32, text: String, logprob: Option<TokenLogprob> },
     /// Mono samples at the codec's rate, in order; a speech request's audio is the concatenation.
-    Audio {
-        pcm: Vec<f32>,
-    },
+    Audio { pcm: Vec<f32> },
     Done {
         finish: FinishReason,
         usage: Usage,
+        /// The stop string that ended the text, when one did.
+        stop_sequence: Option<String>,
     },
     /// An embedding request's pooled vector (mean of the prompt's final hidden states, unit L2 norm); the last event.
-    Embedding {
-        vector: Vec<f32>,
-        usage: Usage,
-    },
+    Embedding { vector: Vec<f32>, usage: Usage },
     /// A failure after the stream started, named by the engine's error; the last event.
     Error(EngineError),
 }

@@ -1,10 +1,10 @@
 //! Stop strings over streamed text: holds back only what could still become a stop string.
 
-/// Text that is safe to send, and whether a stop string ended the stream.
+/// Text that is safe to send, and the stop string that ended the stream, if one did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Released {
     pub text: String,
-    pub stopped: bool,
+    pub stopped: Option<String>,
 }
 
 pub struct StopMatcher {
@@ -20,17 +20,20 @@ impl StopMatcher {
     /// Adds new text; releases what can no longer be part of a stop string, cut before any stop string.
     pub fn push(&mut self, text: &str) -> Released {
         self.pending.push_str(text);
-        let earliest = self.stops.iter().filter_map(|s| self.pending.find(s.as_str())).min();
-        if let Some(at) = earliest {
+        // The earliest match wins; at one position, the stop listed first.
+        let earliest =
+            self.stops.iter().filter_map(|s| self.pending.find(s.as_str()).map(|at| (at, s))).min_by_key(|m| m.0);
+        if let Some((at, stop)) = earliest {
             let text = self.pending[..at].to_string();
+            let stopped = Some(stop.clone());
             self.pending.clear();
-            return Released { text, stopped: true };
+            return Released { text, stopped };
         }
         let hold = self.longest_partial_suffix();
         let cut = self.pending.len() - hold;
         let text = self.pending[..cut].to_string();
         self.pending.drain(..cut);
-        Released { text, stopped: false }
+        Released { text, stopped: None }
     }
 
     /// Releases whatever is held back when the stream ends for another reason.
@@ -61,9 +64,9 @@ mod tests {
     #[test]
     fn test_stop_string_split_across_pushes() {
         let mut m = StopMatcher::new(vec!["END".into()]);
-        assert_eq!(m.push("hello E"), Released { text: "hello ".into(), stopped: false });
-        assert_eq!(m.push("N"), Released { text: "".into(), stopped: false });
-        assert_eq!(m.push("D and more"), Released { text: "".into(), stopped: true });
+        assert_eq!(m.push("hello E"), Released { text: "hello ".into(), stopped: None });
+        assert_eq!(m.push("N"), Released { text: "".into(), stopped: None });
+        assert_eq!(m.push("D and more"), Released { text: "".into(), stopped: Some("END".into()) });
     }
 
     #[test]
@@ -77,7 +80,7 @@ mod tests {
     #[test]
     fn test_earliest_of_several_stops_wins() {
         let mut m = StopMatcher::new(vec!["b".into(), "a".into()]);
-        assert_eq!(m.push("xxaxb"), Released { text: "xx".into(), stopped: true });
+        assert_eq!(m.push("xxaxb"), Released { text: "xx".into(), stopped: Some("a".into()) });
     }
 
     #[test]

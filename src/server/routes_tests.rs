@@ -61,9 +61,11 @@ impl Backend for Scripted {
                 Script::Closed => return Err(SubmitError::Closed),
                 Script::Reply => {
                     let usage = Usage { prompt_tokens: request.prompt.len(), completion_tokens: 2, cached_tokens: 0 };
-                    for event in
-                        [token(3, "hello"), token(4, " world"), Event::Done { finish: FinishReason::Stop, usage }]
-                    {
+                    for event in [
+                        token(3, "hello"),
+                        token(4, " world"),
+                        Event::Done { finish: FinishReason::Stop, usage, stop_sequence: None },
+                    ] {
                         sender.try_send(event).expect("room in the channel");
                     }
                 }

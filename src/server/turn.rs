@@ -30,11 +30,13 @@ pub enum Part {
 }
 
 /// How the turn ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct End {
     pub finish: FinishReason,
     pub made_calls: bool,
     pub usage: Usage,
+    /// The stop string that ended the text, when one did.
+    pub stop_sequence: Option<String>,
 }
 
 /// What the next event of a turn gives: parts, and the end once the lane is done.
@@ -89,13 +91,13 @@ impl Turn {
         }
         match self.events.recv().await {
             Some(Event::Token { text, .. }) => Ok(Step { parts: self.parts(&text), end: None }),
-            Some(Event::Done { finish, usage }) => {
+            Some(Event::Done { finish, usage, stop_sequence }) => {
                 self.done = true;
                 let rest = self.reasoning.as_mut().map(ReasoningSplit::finish).unwrap_or_default();
                 let mut parts = self.pieces(rest);
                 parts.extend(self.tools.as_mut().map(|t| parts_of(t.finish())).unwrap_or_default());
                 let made_calls = self.tools.as_ref().is_some_and(ToolStream::made_calls);
-                Ok(Step { parts, end: Some(End { finish, made_calls, usage }) })
+                Ok(Step { parts, end: Some(End { finish, made_calls, usage, stop_sequence }) })
             }
             Some(Event::Error(e)) => Err(self.failed(ApiError::Engine(e))),
             Some(Event::Audio { .. } | Event::Embedding { .. }) => {
@@ -177,6 +179,7 @@ mod tests {
         Event::Done {
             finish: FinishReason::Stop,
             usage: Usage { prompt_tokens: 3, completion_tokens: 2, cached_tokens: 1 },
+            stop_sequence: None,
         }
     }
 

@@ -63,6 +63,7 @@ fn stop_reason(end: &End) -> &'static str {
     match end.finish {
         FinishReason::Length => "max_tokens",
         FinishReason::Stop if end.made_calls => "tool_use",
+        FinishReason::Stop if end.stop_sequence.is_some() => "stop_sequence",
         FinishReason::Stop => "end_turn",
     }
 }
@@ -117,7 +118,7 @@ pub(in crate::server) async fn create<B: Backend>(
         "model": model,
         "content": content,
         "stop_reason": stop_reason(&end),
-        "stop_sequence": null,
+        "stop_sequence": end.stop_sequence,
         "usage": usage_body(end.usage),
     })))
 }

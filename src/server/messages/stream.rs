@@ -64,7 +64,7 @@ impl Blocks {
 
     fn end(&mut self, end: End) -> String {
         let out = self.close();
-        let delta = json!({"stop_reason": stop_reason(&end), "stop_sequence": null});
+        let delta = json!({"stop_reason": stop_reason(&end), "stop_sequence": end.stop_sequence});
         let out = out + &event("message_delta", json!({"delta": delta, "usage": usage_body(end.usage)}));
         out + &event("message_stop", json!({}))
     }

@@ -166,7 +166,7 @@ impl Collector {
                 }
                 Ok(None)
             }
-            Some(Event::Done { finish, usage }) => Ok(Some(self.collected(finish, usage))),
+            Some(Event::Done { finish, usage, .. }) => Ok(Some(self.collected(finish, usage))),
             Some(Event::Error(e)) => Err(ApiError::Engine(e)),
             Some(Event::Audio { .. } | Event::Embedding { .. }) => {
                 Err(ApiError::Internal("audio on a text request".into()))
@@ -297,6 +297,7 @@ mod tests {
         Event::Done {
             finish: FinishReason::Length,
             usage: Usage { prompt_tokens: 3, completion_tokens: 2, cached_tokens: 0 },
+            stop_sequence: None,
         }
     }
 

@@ -143,7 +143,7 @@ impl ChunkWriter {
     pub fn event(&mut self, index: usize, event: Option<Event>) -> (String, bool) {
         match event {
             Some(Event::Token { id, text, logprob }) => (self.token(index, id, text, logprob.as_ref()), false),
-            Some(Event::Done { finish, usage }) => self.done(index, finish, usage),
+            Some(Event::Done { finish, usage, .. }) => self.done(index, finish, usage),
             Some(Event::Error(e)) => (error_frame(&ApiError::Engine(e)) + DONE, true),
             Some(Event::Audio { .. } | Event::Embedding { .. }) => {
                 (error_frame(&ApiError::Internal("audio on a text request".into())) + DONE, true)
@@ -293,6 +293,7 @@ mod tests {
         Event::Done {
             finish: FinishReason::Stop,
             usage: Usage { prompt_tokens: 4, completion_tokens: 2, cached_tokens: 0 },
+            stop_sequence: None,
         }
     }
 
