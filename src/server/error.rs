@@ -64,6 +64,15 @@ impl ApiError {
         ApiError::InvalidRequest { message: message.into(), param: None, code: None }
     }
 
+    /// A 400 with its field named as another API names it: each (from, to) replaced in the message and in the
+    /// param read as `'param'`, so a quoted name maps whole.
+    pub fn renamed(self, names: &[(&str, &str)]) -> ApiError {
+        let ApiError::InvalidRequest { message, param, code } = self else { return self };
+        let rename = |text: String| names.iter().fold(text, |text, (from, to)| text.replace(from, to));
+        let param = param.map(|p| rename(format!("'{p}'")).trim_matches('\'').to_string());
+        ApiError::InvalidRequest { message: rename(message), param, code }
+    }
+
     /// The prompt or prompt plus max_tokens does not fit the model's context.
     pub fn context_exceeded(param: impl Into<String>, message: impl Into<String>) -> ApiError {
         ApiError::InvalidRequest {

@@ -49,20 +49,13 @@ pub fn parse(body: &[u8]) -> Result<(ChatCompletionRequest, bool), ApiError> {
     }
     let stream = fields.take("stream")?.unwrap_or(false);
     let request =
-        ChatCompletionRequest::from_json(Value::Object(chat).to_string().as_bytes()).map_err(messages_param)?;
+        ChatCompletionRequest::from_json(Value::Object(chat).to_string().as_bytes()).map_err(|e| e.renamed(NAMES))?;
     Ok((request, stream))
 }
 
-/// A chat error's field, named as the Messages API names it.
-fn messages_param(error: ApiError) -> ApiError {
-    let ApiError::InvalidRequest { message, param, code } = error else { return error };
-    let rename = |text: &str| {
-        text.replace("max_completion_tokens", "max_tokens")
-            .replace("'stop'", "'stop_sequences'")
-            .replace(".function.", ".")
-    };
-    ApiError::InvalidRequest { message: rename(&message), param: param.as_deref().map(rename), code }
-}
+/// Chat's field names as the Messages API names them.
+const NAMES: &[(&str, &str)] =
+    &[("max_completion_tokens", "max_tokens"), ("'stop'", "'stop_sequences'"), (".function.", ".")];
 
 /// A string, or text blocks joined by newlines.
 fn block_text(at: &str, value: &Value) -> Result<String, ApiError> {
@@ -184,4 +177,52 @@ fn chat_tool_choice(choice: &Value) -> Result<(Value, bool), ApiError> {
         }
     };
     Ok((chat, parallel))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(body: Value) -> Result<ChatCompletionRequest, ApiError> {
+        parse(body.to_string().as_bytes()).map(|(request, _)| request)
+    }
+
+    fn param_of(result: Result<ChatCompletionRequest, ApiError>) -> Option<String> {
+        match result {
+            Err(ApiError::InvalidRequest { param, .. }) => param,
+            other => panic!("expected a 400, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn test_tool_use_and_tool_result_blocks_become_calls_and_tool_messages() {
+        let messages = json!([
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": [{"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "cold"},
+                {"type": "text", "text": "Thanks."}]},
+        ]);
+        let request = parsed(json!({"system": "Be brief.", "messages": messages, "max_tokens": 5})).expect("ok");
+        let roles: Vec<_> = request.messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "tool", "user"]);
+        assert_eq!(request.messages[2].tool_calls[0].function.arguments, json!({"city": "Oslo"}));
+        assert_eq!(request.messages[3].tool_call_id.as_deref(), Some("toolu_1"));
+        assert_eq!(request.max_completion_tokens, Some(5));
+    }
+
+    #[test]
+    fn test_errors_name_the_messages_field() {
+        let messages = json!([{"role": "user", "content": "hi"}]);
+        assert_eq!(param_of(parsed(json!({"messages": messages}))).as_deref(), Some("max_tokens"));
+        let stop = json!({"messages": messages, "max_tokens": 4, "stop_sequences": [1]});
+        assert_eq!(param_of(parsed(stop)).as_deref(), Some("stop_sequences"));
+        let image = json!([{"role": "user", "content": [{"type": "image"}]}]);
+        assert_eq!(
+            param_of(parsed(json!({"messages": image, "max_tokens": 4}))).as_deref(),
+            Some("messages[0].content[0].type")
+        );
+        let choice = json!({"messages": messages, "max_tokens": 4, "tool_choice": {"type": "sometimes"}});
+        assert_eq!(param_of(parsed(choice)).as_deref(), Some("tool_choice"));
+    }
 }

@@ -123,20 +123,16 @@ pub fn chat_request(
         return Err(ApiError::invalid("input", "'input' must hold at least one item"));
     }
     chat.insert("messages".into(), Value::Array(messages));
-    ChatCompletionRequest::from_json(Value::Object(chat).to_string().as_bytes()).map_err(responses_param)
+    ChatCompletionRequest::from_json(Value::Object(chat).to_string().as_bytes()).map_err(|e| e.renamed(NAMES))
 }
 
-/// A chat error's field, named as the Responses API names it.
-fn responses_param(error: ApiError) -> ApiError {
-    let ApiError::InvalidRequest { message, param, code } = error else { return error };
-    let rename = |text: &str| {
-        text.replace("max_completion_tokens", "max_output_tokens")
-            .replace("response_format", "text.format")
-            .replace(".function.", ".")
-            .replace("messages", "input")
-    };
-    ApiError::InvalidRequest { message: rename(&message), param: param.as_deref().map(rename), code }
-}
+/// Chat's field names as the Responses API names them.
+const NAMES: &[(&str, &str)] = &[
+    ("max_completion_tokens", "max_output_tokens"),
+    ("response_format", "text.format"),
+    (".function.", "."),
+    ("messages", "input"),
+];
 
 /// One input item as chat messages: calls join the assistant message before them, as a chat reply holds both.
 fn push_item(messages: &mut Vec<Value>, index: usize, item: &Value) -> Result<(), ApiError> {
