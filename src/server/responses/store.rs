@@ -46,6 +46,11 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS responses (
 );
 CREATE INDEX IF NOT EXISTS responses_created ON responses (created_at);";
 
+/// Background responses a stopped server left running are over: failed, saying why.
+const ORPHANS: &str = "UPDATE responses SET response = json_set(response, '$.status', 'failed', '$.error',
+    json_object('code', 'server_error', 'message', 'the server stopped before this background response finished'))
+    WHERE json_extract(response, '$.status') IN ('queued', 'in_progress')";
+
 fn failed(doing: &str, e: impl std::fmt::Display) -> ApiError {
     ApiError::Internal(format!("the response store failed {doing}: {e}"))
 }
@@ -60,6 +65,7 @@ impl Store {
             let db = Connection::open(path)?;
             db.busy_timeout(std::time::Duration::from_secs(10))?;
             db.execute_batch(SCHEMA)?;
+            db.execute(ORPHANS, [])?;
             Ok(db)
         };
         let db = open().map_err(|e| format!("opening the response store {}: {e}", path.display()))?;
@@ -191,6 +197,17 @@ mod tests {
         store.put("a", &record("resp_4", 125, 0), 125).expect("written");
         assert_eq!(store.get("a", "resp_2").expect("read"), None, "past the age limit");
         assert!(store.get("a", "resp_3").expect("read").is_some());
+    }
+
+    #[test]
+    fn test_a_background_response_left_running_is_failed_on_reopening() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let mut running = record("resp_1", 10, 0);
+        running.response = json!({"id": "resp_1", "status": "queued", "error": null});
+        store(dir.path(), 1 << 20).put("a", &running, 10).expect("written");
+        let reopened = store(dir.path(), 1 << 20).get("a", "resp_1").expect("read").expect("kept");
+        assert_eq!(reopened.response["status"], "failed");
+        assert_eq!(reopened.response["error"]["code"], "server_error");
     }
 
     #[test]
