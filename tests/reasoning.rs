@@ -136,3 +136,23 @@ fn test_enable_thinking_false_renders_an_empty_block_and_the_reply_is_all_answer
     assert_eq!(prompt, Some(tokens(&plain)), "thinking disabled is the same prompt: {reply}");
     assert_eq!(texts(&reply["content"], "thinking", "thinking"), "", "{reply}");
 }
+
+#[test]
+fn test_a_reply_a_grammar_shapes_is_all_answer_even_in_an_opened_block() {
+    let model = thinking_model();
+    let server = Server::start_with_model(model.path(), &["--no-voice"]);
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let format = json!({"type": "json_schema", "json_schema": {"name": "n", "schema": schema}});
+    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40, "seed": 2,
+        "response_format": format});
+    let reply = post(&server, "/v1/chat/completions", &body);
+    let message = &reply["choices"][0]["message"];
+    assert!(message.get("reasoning_content").is_none(), "{reply}");
+    let text = message["content"].as_str().expect("content");
+    if reply["choices"][0]["finish_reason"] == "stop" {
+        let parsed: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert!(parsed["n"].is_i64(), "{parsed}");
+    } else {
+        assert!(text.starts_with('{'), "the grammar's text is the answer: {text}");
+    }
+}

@@ -117,7 +117,9 @@ pub fn validate_chat(request: ChatCompletionRequest, model: &TextModel) -> Resul
     let mut valid = build(request.common, prompts, "messages", max_tokens, logprobs, model)?;
     tools.constrain(&mut valid.lanes, &model.grammars)?;
     valid.reply.tools = tools.format;
-    valid.reply.reasoning = ThinkStart::for_prompt(template, &text);
+    // A grammar shapes the reply from its first token, so none of it is thinking.
+    let constrained = valid.lanes.iter().any(|lane| lane.constraint.is_some());
+    valid.reply.reasoning = ThinkStart::for_prompt(template, &text).filter(|_| !constrained);
     Ok(valid)
 }
 
