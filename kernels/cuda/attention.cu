@@ -81,6 +81,13 @@ __device__ __forceinline__ void load_trans_x4(const bf16* p, u32& r0, u32& r1, u
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(at));
 }
 
+// e^x in every attention kernel: one ex2 of x scaled by log2(e), the same bits wherever a row is computed.
+__device__ __forceinline__ float att_exp(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(__fmul_rn(x, 1.4426950408889634f)));
+    return y;
+}
+
 // The same fold of a split's state into the running one, wherever the state comes from.
 __device__ __forceinline__ float fold(float run, float fa, float part, float fb) {
     return __fadd_rn(__fmul_rn(run, fa), __fmul_rn(part, fb));
@@ -95,18 +102,25 @@ struct KvSpan {
     u64 page_stride, head_off;
 };
 
-// Queues async copies of the keys and values of split positions [s0, s0 + ATT_SPLIT) into a buffer, zeros past end.
+// Queues async copies of the keys and values of split positions [s0, s0 + ATT_SPLIT) into a buffer, zeros past end,
+// by a block of ATT_WARPS warps; pages of a power of two positions are found with a shift and a mask.
 template <int D>
 __device__ __forceinline__ void stage_split(bf16* buf, const KvSpan& kv, u32 s0, u32 end) {
-    constexpr int ST = D + 8, CH = D / 8;
-    for (int e = threadIdx.x; e < ATT_SPLIT * CH; e += blockDim.x) {
+    constexpr int ST = D + 8, CH = D / 8, N = ATT_SPLIT * CH, THREADS = 32 * ATT_WARPS;
+    const int pt = kv.page_tokens, sh = (pt & (pt - 1)) == 0 ? __ffs(pt) - 1 : -1;
+    const u32 mask = (u32)pt - 1;
+#pragma unroll
+    for (int i = 0; i < (N + THREADS - 1) / THREADS; ++i) {
+        const int e = threadIdx.x + THREADS * i;
+        if (N % THREADS != 0 && e >= N) break;
         const int t = e / CH, c = e - t * CH;
         const u32 kp = s0 + t;
         bf16* kd = buf + t * ST + c * 8;
         bf16* vd = kd + ATT_SPLIT * ST;
         if (kp < end) {
-            const u64 at = (u64)kv.pages[kp / kv.page_tokens] * kv.page_stride + kv.head_off +
-                           (u64)(kp % kv.page_tokens) * kv.kv_dim + c * 8;
+            const u32 page = sh >= 0 ? kv.pages[kp >> sh] : kv.pages[kp / pt];
+            const u32 in_page = sh >= 0 ? kp & mask : kp % pt;
+            const u64 at = (u64)page * kv.page_stride + kv.head_off + (u64)in_page * kv.kv_dim + c * 8;
             copy16_async(reinterpret_cast<uint4*>(kd), reinterpret_cast<const uint4*>(kv.kcache + at));
             copy16_async(reinterpret_cast<uint4*>(vd), reinterpret_cast<const uint4*>(kv.vcache + at));
         } else {
@@ -277,7 +291,7 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         float& v = sc[nt][2 * hr + e];
-                        v = active[hr] ? expf(v - mt[hr]) : 0.0f;
+                        v = active[hr] ? att_exp(v - mt[hr]) : 0.0f;
                         lt[hr] += v;
                     }
                 lt[hr] += __shfl_xor_sync(0xffffffffu, lt[hr], 1);
@@ -295,8 +309,8 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
                 top[hr] = fmaxf(big_m[hr], mt[hr]);
-                fa[hr] = expf(big_m[hr] - top[hr]);
-                fb[hr] = expf(mt[hr] - top[hr]);
+                fa[hr] = att_exp(big_m[hr] - top[hr]);
+                fb[hr] = att_exp(mt[hr] - top[hr]);
             }
             const bf16* vrow = vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * ST + (lane >> 4) * 8;
 #pragma unroll
@@ -355,7 +369,7 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
             const float* st = partial + (head0 + hh) * nsplit * (D + 2);
             float m = -inf, l = 0.0f, acc = 0.0f;
             for (u32 s = 0; s < nsp; ++s, st += D + 2) {
-                const float ms = __ldcg(st + D), tp = fmaxf(m, ms), fa = expf(m - tp), fb = expf(ms - tp);
+                const float ms = __ldcg(st + D), tp = fmaxf(m, ms), fa = att_exp(m - tp), fb = att_exp(ms - tp);
                 acc = fold(acc, fa, __ldcg(st + i), fb);
                 l = fold(l, fa, __ldcg(st + D + 1), fb);
                 m = tp;

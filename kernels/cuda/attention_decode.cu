@@ -8,19 +8,36 @@
 #define DEC_WARPS 4
 #define DEC_SLOTS 3
 
+// The page ids of split `s` for stage_tile, lane j holding the split's j-th page (pages of 2 or more positions).
+__device__ __forceinline__ u32 split_pages(const KvSpan& kv, u32 s, u32 end, int sh) {
+    const u32 lane = threadIdx.x & 31, page = ((s * ATT_SPLIT) >> sh) + lane;
+    return lane < max(1, ATT_SPLIT >> sh) && (page << sh) < end ? kv.pages[page] : 0u;
+}
+
 // Queues one tile (kind 0 keys, 1 values) of split positions [s0, s0 + ATT_SPLIT) by one warp; zeros past end.
+// With pages of 2^sh positions (sh >= 1) the split's page ids come in `pid` (split_pages), else from the table.
 template <int D>
-__device__ __forceinline__ void stage_tile(bf16* dst, const KvSpan& kv, int kind, u32 s0, u32 end) {
-    constexpr int ST = D + 8, CH = D / 8;
-    const bf16* cache = kind ? kv.vcache : kv.kcache;
-    for (int e = threadIdx.x & 31; e < ATT_SPLIT * CH; e += 32) {
-        const int t = e / CH, c = e - t * CH;
+__device__ __forceinline__ void stage_tile(bf16* dst, const KvSpan& kv, int kind, u32 s0, u32 end, u32 pid, int sh) {
+    constexpr int ST = D + 8, CH = D / 8, PER = ATT_SPLIT * CH / 32;
+    const bf16* cache = (kind ? kv.vcache : kv.kcache) + kv.head_off;
+    const int lane = threadIdx.x & 31;
+    const u32 mask = (1u << max(sh, 0)) - 1;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+        const int e = lane + 32 * i, t = e / CH, c = e - t * CH;
         const u32 kp = s0 + t;
         bf16* d = dst + t * ST + c * 8;
-        if (kp < end) {
-            const u64 at = (u64)kv.pages[kp / kv.page_tokens] * kv.page_stride + kv.head_off +
-                           (u64)(kp % kv.page_tokens) * kv.kv_dim + c * 8;
-            copy16_async(reinterpret_cast<uint4*>(d), reinterpret_cast<const uint4*>(cache + at));
+        if (sh > 0) {
+            const u32 page = __shfl_sync(0xffffffffu, pid, (t >> sh) & 31);
+            if (kp < end)
+                copy16_async(reinterpret_cast<uint4*>(d),
+                             reinterpret_cast<const uint4*>(cache + (u64)page * kv.page_stride +
+                                                            (u64)(kp & mask) * kv.kv_dim + c * 8));
+            else
+                *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+        } else if (kp < end) {
+            const u64 at = (u64)kv.pages[kp / kv.page_tokens] * kv.page_stride + (u64)(kp % kv.page_tokens) * kv.kv_dim;
+            copy16_async(reinterpret_cast<uint4*>(d), reinterpret_cast<const uint4*>(cache + at + c * 8));
         } else {
             *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
         }
@@ -79,11 +96,24 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
         __threadfence_block();
         __syncwarp();
     }
+    // Page ids by split parity: a split's ids are loaded while the split before it is staged.
+    const int pt = page_tokens, sh = pt >= 2 && (pt & (pt - 1)) == 0 ? __ffs(pt) - 1 : -1;
+    u32 pids[2] = {sh > 0 ? split_pages(kv, 0, end, sh) : 0u, 0u};
+    // Stages tile n of the ring; with a split's keys, loads the next split's page ids into the other parity.
+    auto stage = [&](u32 n) {
+        const u32 sn = n >> 1;
+        stage_tile<D>(ring + (n % DEC_SLOTS) * TILE, kv, n & 1, sn * ATT_SPLIT, min(end, (sn + 1) * ATT_SPLIT),
+                      sn & 1 ? pids[1] : pids[0], sh);
+        if (sh > 0 && (n & 1) == 0 && sn + 1 < nsp) {
+            const u32 ahead = split_pages(kv, sn + 1, end, sh);
+            pids[0] = sn & 1 ? ahead : pids[0];
+            pids[1] = sn & 1 ? pids[1] : ahead;
+        }
+    };
     // The ring's first tiles: keys of split 0, its values, keys of split 1; a group is committed for every tile.
 #pragma unroll
     for (int i = 0; i < DEC_SLOTS; ++i) {
-        if ((u32)i < 2 * nsp)
-            stage_tile<D>(ring + i * TILE, kv, i & 1, (i >> 1) * ATT_SPLIT, min(end, (u32)((i >> 1) + 1) * ATT_SPLIT));
+        if ((u32)i < 2 * nsp) stage(i);
         async_commit();
     }
     // This lane's two mma rows, g and g + 8: query head r of the KV group for r < group, padding past it.
@@ -154,7 +184,7 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         float& v = sc[nt][2 * hr + e];
-                        v = active ? expf(v - mt[hr]) : 0.0f;
+                        v = active ? att_exp(v - mt[hr]) : 0.0f;
                         lt[hr] += v;
                     }
                 lt[hr] += __shfl_xor_sync(0xffffffffu, lt[hr], 1);
@@ -173,8 +203,8 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
                 top[hr] = fmaxf(big_m[hr], mt[hr]);
-                fa[hr] = expf(big_m[hr] - top[hr]);
-                fb[hr] = expf(mt[hr] - top[hr]);
+                fa[hr] = att_exp(big_m[hr] - top[hr]);
+                fb[hr] = att_exp(mt[hr] - top[hr]);
             }
             const bf16* vrow = tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * ST + (lane >> 4) * 8;
 #pragma unroll
@@ -204,10 +234,7 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
         }
         // Every lane is done with the slot before the warp refills it with the tile DEC_SLOTS ahead.
         __syncwarp();
-        const u32 nx = i + DEC_SLOTS;
-        if (nx < 2 * nsp)
-            stage_tile<D>(ring + (nx % DEC_SLOTS) * TILE, kv, nx & 1, (nx >> 1) * ATT_SPLIT,
-                          min(end, ((nx >> 1) + 1) * ATT_SPLIT));
+        if (i + DEC_SLOTS < 2 * nsp) stage(i + DEC_SLOTS);
         async_commit();
     }
 #pragma unroll
