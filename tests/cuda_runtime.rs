@@ -51,6 +51,7 @@ fn lane_request(prompt: Vec<u32>, seed: u64, cache: bool, draft: bool, temperatu
         stop_strings: Vec::new(),
         logprobs: None,
         cache,
+        keep_reply: false,
         draft,
         rules: Default::default(),
         constraint: None,

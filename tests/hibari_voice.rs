@@ -98,6 +98,7 @@ fn chat(i: usize) -> ValidRequest {
         stop_strings: Vec::new(),
         logprobs: None,
         cache: false,
+        keep_reply: false,
         draft: false,
         rules: Default::default(),
         constraint: None,

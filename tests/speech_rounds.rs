@@ -95,6 +95,7 @@ fn chat(tokenizer: &Arc<Tokenizer>, model: &str, i: usize) -> ValidRequest {
         stop_strings: Vec::new(),
         logprobs: None,
         cache: false,
+        keep_reply: false,
         draft: false,
         rules: Default::default(),
         constraint: None,

@@ -23,6 +23,8 @@ pub struct Enqueue {
     pub logprobs: Option<usize>,
     /// Whether the prompt may resume from the prefix cache and its pages be cached.
     pub cache: bool,
+    /// Whether, with `cache`, the reply's tokens are cached with the prompt when the lane ends.
+    pub keep_reply: bool,
     /// Whether the lane may draft tokens and verify them.
     pub draft: bool,
     pub rules: Arc<LogitRules>,

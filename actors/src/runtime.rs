@@ -296,6 +296,7 @@ impl Runtime {
             stop_ids: work.stop_ids,
             logprobs: work.logprobs,
             cache: work.cache,
+            keep_reply: work.keep_reply,
             draft: work.draft,
             rules: Arc::new(work.rules),
             constraint: work.constraint,

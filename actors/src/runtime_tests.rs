@@ -98,6 +98,7 @@ pub(crate) fn work(i: u64) -> TokenWork {
         stop_strings: Vec::new(),
         logprobs: None,
         cache: true,
+        keep_reply: false,
         draft: false,
         rules: Default::default(),
         constraint: None,

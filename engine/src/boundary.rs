@@ -338,6 +338,8 @@ pub struct TokenWork {
     pub logprobs: Option<usize>,
     /// The prompt may resume from the prefix cache, and its pages be cached for later prompts.
     pub cache: bool,
+    /// With `cache`, the reply's tokens join the prompt's pages in the cache when the lane ends, for a next turn.
+    pub keep_reply: bool,
     /// Decoding may draft tokens from the lane's own text and verify them; the output is the same either way.
     pub draft: bool,
     /// Bias and penalties on the logits before each draw.

@@ -109,6 +109,7 @@ pub fn generate(args: GenerateArgs, settings: &Settings) -> Result<()> {
         stop_strings: args.stop,
         logprobs: None,
         cache: false,
+        keep_reply: false,
         draft: false,
         rules: Default::default(),
         constraint: None,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use actix_web::web;
 use tensorfold_actors::request_types::{Event, FinishReason, Usage, ValidRequest, Work};
+use tensorfold_engine::boundary::TokenWork;
 use tensorfold_engine::text::reasoning::{Piece, ReasoningSplit};
 use tokio::sync::mpsc;
 
@@ -54,8 +55,13 @@ pub struct Turn {
     done: bool,
 }
 
-/// Validates `request` as chat completions would (one choice) and submits its lane.
-pub async fn start<B: Backend>(state: &AppState<B>, request: ChatCompletionRequest) -> Result<Turn, ApiError> {
+/// Validates `request` as chat completions would (one choice) and submits its lane; with `keep_reply` the reply
+/// is cached with the prompt, for a next turn that continues it.
+pub async fn start<B: Backend>(
+    state: &AppState<B>,
+    request: ChatCompletionRequest,
+    keep_reply: bool,
+) -> Result<Turn, ApiError> {
     state.text_model_for(request.common.model.as_deref())?;
     let model = text_model(state);
     let valid = web::block(move || validate_chat(request, &model))
@@ -65,6 +71,7 @@ pub async fn start<B: Backend>(state: &AppState<B>, request: ChatCompletionReque
     let Some(work) = lanes.into_iter().next() else {
         return Err(ApiError::Internal("a chat request without a lane".into()));
     };
+    let work = TokenWork { keep_reply, ..work };
     let request = ValidRequest { model: state.model_name.clone(), work: Work::Tokens(work) };
     let events = state.runtime.submit(request).await?;
     Ok(Turn::new(events, reply.tools.map(ToolStream::new), reply.reasoning.map(ReasoningSplit::new)))

@@ -273,6 +273,10 @@ impl LaneBook for TokenBook {
             } else {
                 None
             };
+            if finish.is_some() && lane.request.cache && lane.request.keep_reply {
+                // Every position but the last token's has its KV: the reply resumes a turn that continues it.
+                lane.lease.cache_prompt(&lane.tokens[..lane.tokens.len() - 1]);
+            }
             // A speech lane's frames are assembled here, so a window is decoded in the very next round.
             if let Some(frames) = lane.request.frames.as_mut() {
                 let drawn = if is_stop_token { None } else { frames.push(s.id) };

@@ -87,6 +87,7 @@ impl SpeechFrontEnd {
             stop_strings: Vec::new(),
             logprobs: None,
             cache: true,
+            keep_reply: false,
             draft: false,
             rules: Default::default(),
             constraint: None,

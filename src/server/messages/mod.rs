@@ -100,7 +100,7 @@ pub(in crate::server) async fn create<B: Backend>(
 ) -> Result<HttpResponse, AnthropicError> {
     let body = read_body(&req, payload, limit.0).await?;
     let (chat, streamed) = request::parse(&body)?;
-    let turn = turn::start(&state, chat).await?;
+    let turn = turn::start(&state, chat, false).await?;
     let (id, model) = (message_id(), state.model_name.clone());
     if streamed {
         return Ok(HttpResponse::Ok()

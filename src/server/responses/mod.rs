@@ -174,7 +174,7 @@ pub(in crate::server) async fn create<B: Backend>(
     let body = read_body(&req, payload, limit.0).await?;
     let Prepared { frame, saver, chat, .. } = prepare(&state, &caller(&req), &body, None).await?;
     let (background, stream) = (frame.params.background, frame.params.stream);
-    let turn = turn::start(&state, chat).await?;
+    let turn = turn::start(&state, chat, true).await?;
     if background {
         return Ok(HttpResponse::Ok().json(in_background(&state, turn, frame, saver).await));
     }

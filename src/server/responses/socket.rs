@@ -72,7 +72,7 @@ async fn turn_of<B: Backend>(
     };
     let started = async {
         let prepared = prepare(state, owner, &body, kept).await?;
-        let turn = turn::start(state, prepared.chat).await?;
+        let turn = turn::start(state, prepared.chat, true).await?;
         Ok::<_, ApiError>((turn, prepared.frame, prepared.saver, prepared.history))
     };
     let (mut turn, frame, saver, mut history) = match started.await {

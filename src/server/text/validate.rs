@@ -240,6 +240,7 @@ fn build(
                 stop_strings: stop_strings.clone(),
                 logprobs,
                 cache: common.cache.unwrap_or(true),
+                keep_reply: false,
                 draft: common.draft.unwrap_or(true),
                 rules: rules.clone(),
                 constraint,
