@@ -1,6 +1,7 @@
 //! A mixture of experts on CPU: routing that is exact and the same for a row alone or in any batch, then only the
 //! chosen experts' gated MLPs, their outputs weighted and summed in rank order.
 
+use rayon::prelude::*;
 use tensorfold_kernels::matmul::{matmul, matmul_with, Activations};
 use tensorfold_kernels::ops;
 use tensorfold_kernels::Weight;
@@ -69,9 +70,17 @@ impl MoeMlp {
                 chosen_by[e].push((row, rank));
             }
         }
-        for (expert, picks) in self.experts.iter().zip(&chosen_by).filter(|(_, p)| !p.is_empty()) {
-            let rows: Vec<f32> = picks.iter().flat_map(|&(row, _)| x[row * h..(row + 1) * h].iter().copied()).collect();
-            let out = expert.forward(&rows, picks.len(), activations);
+        let active: Vec<_> = self.experts.iter().zip(&chosen_by).filter(|(_, p)| !p.is_empty()).collect();
+        // The chosen experts run side by side: an expert's rows get the same bits on any thread.
+        let outs: Vec<Vec<f32>> = active
+            .par_iter()
+            .map(|(expert, picks)| {
+                let rows: Vec<f32> =
+                    picks.iter().flat_map(|&(row, _)| x[row * h..(row + 1) * h].iter().copied()).collect();
+                expert.forward(&rows, picks.len(), activations)
+            })
+            .collect();
+        for ((_, picks), out) in active.iter().zip(&outs) {
             for (&(row, rank), y) in picks.iter().zip(out.chunks_exact(h)) {
                 let at = (row * self.top_k + rank) * h;
                 ranked[at..at + h].copy_from_slice(y);
