@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use actix_web::web;
 use tensorfold_actors::request_types::{Event, FinishReason, Usage, ValidRequest, Work};
 use tensorfold_engine::boundary::TokenWork;
 use tensorfold_engine::text::reasoning::{Piece, ReasoningSplit};
@@ -12,8 +11,9 @@ use tokio::sync::mpsc;
 use super::error::ApiError;
 use super::text::openai::{ChatCompletionRequest, ToolCallDelta};
 use super::text::reply::ENDED_EARLY;
+use super::text::routes::validated_chat;
 use super::text::tools::{StreamPart, ToolStream};
-use super::text::validate::{validate_chat, TextModel, Validated};
+use super::text::validate::{TextModel, Validated};
 use super::{AppState, Backend};
 
 /// A piece of the assistant's reply, in the order the model wrote it.
@@ -62,12 +62,7 @@ pub async fn start<B: Backend>(
     request: ChatCompletionRequest,
     keep_reply: bool,
 ) -> Result<Turn, ApiError> {
-    state.text_model_for(request.common.model.as_deref())?;
-    let model = text_model(state);
-    let valid = web::block(move || validate_chat(request, &model))
-        .await
-        .map_err(|e| ApiError::Internal(format!("validating the request: {e}")))??;
-    let Validated { lanes, reply, .. } = valid;
+    let Validated { lanes, reply, .. } = validated_chat(state, request).await?;
     let Some(work) = lanes.into_iter().next() else {
         return Err(ApiError::Internal("a chat request without a lane".into()));
     };

@@ -20,6 +20,16 @@ async fn validate_off_thread(
     web::block(validate).await.map_err(|e| ApiError::Internal(format!("validating the request: {e}")))?
 }
 
+/// A chat request checked against the server's text model and validated off the worker thread.
+pub(in crate::server) async fn validated_chat<B: Backend>(
+    state: &AppState<B>,
+    request: ChatCompletionRequest,
+) -> Result<Validated, ApiError> {
+    state.text_model_for(request.common.model.as_deref())?;
+    let model = text_model(state);
+    validate_off_thread(move || validate_chat(request, &model)).await
+}
+
 pub(in crate::server) async fn chat_completions<B: Backend>(
     state: web::Data<AppState<B>>,
     limit: web::Data<BodyLimit>,
@@ -28,9 +38,7 @@ pub(in crate::server) async fn chat_completions<B: Backend>(
 ) -> Result<HttpResponse, ApiError> {
     let body = read_body(&req, payload, limit.0).await?;
     let request = ChatCompletionRequest::from_json(&body)?;
-    state.text_model_for(request.common.model.as_deref())?;
-    let model = text_model(&state);
-    let valid = validate_off_thread(move || validate_chat(request, &model)).await?;
+    let valid = validated_chat(&state, request).await?;
     generate(&state, Kind::Chat, valid).await
 }
 
