@@ -26,7 +26,7 @@ SPLIT, GROUP_ROWS = 64, 16
 SOURCES = ["kernels/cuda/attention.cu", "kernels/cuda/attention_decode.cu"]
 # Shared memory of a prompt block and of a decode block (attention_smem and decode_smem in attention.rs).
 PROMPT_SMEM = 2 * 2 * SPLIT * (D + 8) * 2
-DECODE_WARPS, DECODE_SMEM = 4, 4 * (3 * SPLIT * (D + 8) * 2 + 9 * 128 * 4)
+DECODE_WARPS, DECODE_SMEM = 4, 4 * 3 * 32 * (D + 8) * 2
 
 
 class Paged:
@@ -49,14 +49,18 @@ class Paged:
         return [x[pick].view(length, NKV, D).transpose(0, 1).contiguous() for x in (self.k, self.v)]
 
 
-def launch_args(cuda, qkv, pos, groups, paged, table_off, out, num_groups, decode):
+def launch_args(cuda, qkv, pos, groups, paged, table_off, out, num_groups, decode, chunked=None):
     common = [("ptr", qkv.data_ptr()), ("ptr", pos.data_ptr()), ("ptr", groups.data_ptr()),
               ("ptr", paged.table.data_ptr()), ("ptr", table_off.data_ptr()), ("ptr", paged.k.data_ptr()),
               ("ptr", paged.v.data_ptr()), ("ptr", out.data_ptr())]
     shape = [("i32", NH), ("i32", NKV), ("i32", PAGE), ("ptr", PAGE * KV_DIM), ("ptr", 0), ("f32", D ** -0.5)]
     rope = [("ptr", 0)] * 4 + [("f32", 0.0), ("i32", 0), ("i32", 0)]
     if decode:
-        return common + [("i32", num_groups)] + shape + rope
+        # chunked: (states, tickets, nsplit, chunks), the warps a (row, KV head) is spread over (decode_chunks).
+        states, tickets, nsplit, chunks = chunked or (None, None, 0, 1)
+        tail = [("ptr", states.data_ptr() if chunks > 1 else 0), ("ptr", tickets.data_ptr() if chunks > 1 else 0),
+                ("i32", nsplit), ("i32", chunks)]
+        return common + [("i32", num_groups)] + shape + rope + tail
     return common + [("ptr", 0), ("ptr", 0)] + shape + [("i32", 1)] + rope
 
 
@@ -124,11 +128,17 @@ def decode(cuda, lanes, ctx, once, copy_gbs, results, lines):
     qkv, pos, off, groups, ng = rows_of([(lane, ctx) for lane in range(lanes)], paged)
     outs = {name: torch.empty(lanes, NH * D, dtype=torch.bfloat16, device="cuda") for name in ("rows", "decode")}
     a_rows = launch_args(cuda, qkv, pos, groups, paged, off, outs["rows"], ng, False)
-    a_dec = launch_args(cuda, qkv, pos, groups, paged, off, outs["decode"], ng, True)
+    # Rounds that fill under half the GPU's warps spread each (row, KV head) over a few warps (decode_chunks).
+    units, slots = lanes * NKV, torch.cuda.get_device_properties(0).multi_processor_count * 2 * DECODE_WARPS
+    chunks = min(16, slots // units) if 2 * units <= slots else 1
+    nsplit = -(-(ctx + 1) // SPLIT)
+    states = torch.empty(lanes * NH * nsplit * (D + 2), dtype=torch.float32, device="cuda")
+    tickets = torch.zeros(lanes * NKV, dtype=torch.int32, device="cuda")
+    a_dec = launch_args(cuda, qkv, pos, groups, paged, off, outs["decode"], ng, True, (states, tickets, nsplit, chunks))
     runs = {
         "rows": lambda: cuda.launch("attention_d128", (NKV, ng, 1), (128,), PROMPT_SMEM, a_rows),
-        "decode": lambda: cuda.launch("attention_decode_d128", (-(-lanes * NKV // DECODE_WARPS), 1, 1), (32 * DECODE_WARPS,),
-                                      DECODE_SMEM, a_dec),
+        "decode": lambda: cuda.launch("attention_decode_d128", (-(-lanes * NKV * chunks // DECODE_WARPS), 1, 1),
+                                      (32 * DECODE_WARPS,), DECODE_SMEM, a_dec),
     }
     for fn in runs.values():
         fn()
@@ -137,7 +147,7 @@ def decode(cuda, lanes, ctx, once, copy_gbs, results, lines):
     if once:
         return same
     kv_bytes = lanes * (ctx + 1) * KV_DIM * 2 * 2
-    rec = {"kind": "decode", "lanes": lanes, "ctx": ctx, "same_bits": same, "copy_gbs": copy_gbs}
+    rec = {"kind": "decode", "lanes": lanes, "ctx": ctx, "chunks": chunks, "same_bits": same, "copy_gbs": copy_gbs}
     cells = []
     for name, fn in runs.items():
         us = time_us(fn)
@@ -154,7 +164,7 @@ def decode(cuda, lanes, ctx, once, copy_gbs, results, lines):
     except Exception as e:
         cells.append(f"not run ({type(e).__name__})")
     results.append(rec)
-    lines.append(f"| decode {lanes} lanes after {ctx} | " + " | ".join(cells)
+    lines.append(f"| decode {lanes} lanes after {ctx} ({chunks} warps a row and head) | " + " | ".join(cells)
                  + f" | {rec['decode_gbs'] / copy_gbs:.0%} | {'yes' if same else 'NO'} |")
     return same
 

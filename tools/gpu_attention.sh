@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One device-tool command for attention: its exactness tests, the attention bench against torch SDPA, the engine
-# alone at 64 and 256 lanes after 2,048 tokens with the wide decode kernel and without, the dense torch peer, and ncu
-# of an 8K prompt's attention and a 256-lane decode round's; results in $OUT.
+# alone at 64 and 256 lanes after 2,048 tokens with the wide decode kernel and without, the dense torch peer, the
+# server's cold 8K and 32K time to first token beside the peer's prefill, and ncu of an 8K prompt's attention and a
+# 256-lane decode round's; results in $OUT.
 #
 # Usage (after `bash tools/device_build.sh` here, binaries gzipped in .device/, ../shared/peers/torch_dense.py
 # copied to .device/, and .device carried): bash tools/gpu_attention.sh [SECONDS]
-# SKIP (e.g. "tests ncu") leaves parts out: tests, bench, engine, peer, ncu.
+# SKIP (e.g. "tests ncu") leaves parts out: tests, bench, engine, peer, ttft, ncu.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUDGET="${1:-560}"
@@ -34,11 +35,11 @@ if wants bench; then
     cp "$OUT/bench/attn_bench.md" "$OUT/attn_bench.md" 2>/dev/null
     cat "$OUT/bench.log" | tail -20
 fi
+if (wants engine || wants ttft) && [[ ! -f "$CKPT/config.json" ]]; then
+    echo "== checkpoint at $(elapsed) s"
+    timeout 200 python3 tools/make_checkpoint.py --shape llama-3.1-8b --out "$CKPT" --init-device cuda > "$OUT/checkpoint.log" 2>&1
+fi
 if wants engine; then
-    if [[ ! -f "$CKPT/config.json" ]]; then
-        echo "== checkpoint at $(elapsed) s"
-        timeout 200 python3 tools/make_checkpoint.py --shape llama-3.1-8b --out "$CKPT" --init-device cuda > "$OUT/checkpoint.log" 2>&1
-    fi
     # engine NAME LANES SETTINGS...: tensorfold bench alone, decoding 32 tokens after 2,048 in each lane.
     engine() {
         local name="$1" lanes="$2"
@@ -54,8 +55,20 @@ if wants engine; then
 fi
 if wants peer && (( $(left) > 120 )); then
     echo "== dense torch peer at $(elapsed) s"
-    timeout 150 python3 .device/torch_dense.py --ctx 2048 --prefill 8192 > "$OUT/dense.txt" 2>&1
+    timeout 150 python3 .device/torch_dense.py --ctx 2048 --prefill 8192,32768 > "$OUT/dense.txt" 2>&1
     cat "$OUT/dense.txt"
+fi
+if wants ttft; then
+    # The server's cold time to first token: one warm-up prompt, then two distinct cold ones, at 8K and at 32K.
+    for n in 8192 32768; do
+        (( $(left) > 90 )) || break
+        echo "== server ttft $n at $(elapsed) s"
+        timeout 150 bash tools/bench_gpu.sh --binary .device/tensorfold --out "$OUT/ttft-$n" --ckpt "$CKPT" \
+            --skip peer --skip bandwidth --single-repeats 0 --streams 1 --stream-tokens 2 --ttft-repeats 2 \
+            --long-prompt "$n" --context 33280 --deadline 140 > /dev/null 2>&1
+        cp "$OUT/ttft-$n/results.md" "$OUT/ttft-$n.md" 2>/dev/null
+        grep -E "TTFT" "$OUT/ttft-$n.md" 2>/dev/null
+    done
 fi
 if wants ncu && (( $(left) > 60 )); then
     echo "== ncu at $(elapsed) s"

@@ -1,47 +1,45 @@
 // Decode attention for wide rounds (every row group one row): one warp per (row, KV head) streams that head's keys
-// and values through its own ring of shared-memory tiles, so no warp waits on another and each split's softmax is
+// and values through its own ring of shared-memory tiles of half a split, each key row brought by one bulk copy
+// (the async proxy) that completes on the slot's barrier, so no warp waits on another and each split's softmax is
 // computed once. The per-split arithmetic and the fold are attention_rows' own, step for step: a row decoded here
-// gets the bits it gets there, alone, in a prompt chunk or among any other rows.
+// gets the bits it gets there, alone, in a prompt chunk or among any other rows. A KV group's query heads fill the
+// mma rows 0..7 (MAX_GROUP), so rows 8..15, always padding, are neither loaded nor folded.
 
-// Warps a block holds, each an independent (row, KV head); tiles in flight per warp (a tile is one split's keys or
-// values), which sets the bytes each SM keeps in flight.
+#if __CUDA_ARCH__ >= 900
+
+// Warps a block holds, each an independent (row, KV head); tiles in each warp's ring; key rows a tile holds (one per
+// lane), half of a split: a split is its keys' two tiles, then its values' two.
 #define DEC_WARPS 4
 #define DEC_SLOTS 3
+#define DEC_KEYS 32
 
-// The page ids of split `s` for stage_tile, lane j holding the split's j-th page (pages of 2 or more positions).
-__device__ __forceinline__ u32 split_pages(const KvSpan& kv, u32 s, u32 end, int sh) {
-    const u32 lane = threadIdx.x & 31, page = ((s * ATT_SPLIT) >> sh) + lane;
-    return lane < max(1, ATT_SPLIT >> sh) && (page << sh) < end ? kv.pages[page] : 0u;
+// One bulk copy of `bytes` from global memory into shared memory at dst, completing on barrier bar.
+__device__ __forceinline__ void bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
 }
 
-// Queues one tile (kind 0 keys, 1 values) of split positions [s0, s0 + ATT_SPLIT) by one warp; zeros past end.
-// With pages of 2^sh positions (sh >= 1) the split's page ids come in `pid` (split_pages), else from the table.
-template <int D>
-__device__ __forceinline__ void stage_tile(bf16* dst, const KvSpan& kv, int kind, u32 s0, u32 end, u32 pid, int sh) {
-    constexpr int ST = D + 8, CH = D / 8, PER = ATT_SPLIT * CH / 32;
-    const bf16* cache = (kind ? kv.vcache : kv.kcache) + kv.head_off;
-    const int lane = threadIdx.x & 31;
-    const u32 mask = (1u << max(sh, 0)) - 1;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-        const int e = lane + 32 * i, t = e / CH, c = e - t * CH;
-        const u32 kp = s0 + t;
-        bf16* d = dst + t * ST + c * 8;
-        if (sh > 0) {
-            const u32 page = __shfl_sync(0xffffffffu, pid, (t >> sh) & 31);
-            if (kp < end)
-                copy16_async(reinterpret_cast<uint4*>(d),
-                             reinterpret_cast<const uint4*>(cache + (u64)page * kv.page_stride +
-                                                            (u64)(kp & mask) * kv.kv_dim + c * 8));
-            else
-                *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
-        } else if (kp < end) {
-            const u64 at = (u64)kv.pages[kp / kv.page_tokens] * kv.page_stride + (u64)(kp % kv.page_tokens) * kv.kv_dim;
-            copy16_async(reinterpret_cast<uint4*>(d), reinterpret_cast<const uint4*>(cache + at + c * 8));
-        } else {
-            *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
-        }
-    }
+// Four 8x8 bf16 matrices from shared memory, untransposed: the B fragments of two k16 steps of an 8-key tile.
+__device__ __forceinline__ void load_x4(const bf16* p, u32& r0, u32& r1, u32& r2, u32& r3) {
+    const u32 at = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(at));
+}
+
+// mma_bf16 on the upper 8 rows only (the lower 8 are zero padding): d[0..1] += A B for row g.
+__device__ __forceinline__ void mma_top(float* d, u32 a0, u32 a2, u32 b0, u32 b1) {
+    float x, y;  // rows 8..15, unused
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%5}, {%7,%8}, {%9,%10,%11,%11};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(x), "=f"(y)
+        : "r"(a0), "r"(0u), "r"(a2), "r"(b0), "r"(b1), "f"(d[0]), "f"(d[1]), "f"(0.0f));
+    (void)x, (void)y;
+}
+
+// The page of key position kp of this lane's span, 0 past end.
+__device__ __forceinline__ u32 page_of(const KvSpan& kv, u32 kp, u32 end, int sh) {
+    return kp >= end ? 0u : sh >= 0 ? kv.pages[kp >> sh] : kv.pages[kp / (u32)kv.page_tokens];
 }
 
 template <int D>
@@ -51,26 +49,39 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
                                  int num_groups, int nh, int nkv, int page_tokens, u64 page_stride, u64 layer_off,
                                  float scale, const u64* __restrict__ kv_off, const float* __restrict__ inv_freq,
                                  const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
-                                 int interleaved, int fuse_rope) {
-    constexpr int ST = D + 8, TILE = ATT_SPLIT * ST, NT = D / 8;
+                                 int interleaved, int fuse_rope, float* __restrict__ partial, u32* __restrict__ tickets,
+                                 int nsplit, int chunks) {
+    constexpr int ST = D + 8, TILE = DEC_KEYS * ST, NT = D / 8;
     start_next();
     wait_prior();
     extern __shared__ uint4 smem_raw[];
+    __shared__ u64 bars[DEC_WARPS][DEC_SLOTS];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const int unit = blockIdx.x * DEC_WARPS + warp, kvh = unit % nkv, y = unit / nkv;
+    const int unit = blockIdx.x * DEC_WARPS + warp, part_of = unit % chunks, kvh = unit / chunks % nkv;
+    const int y = unit / chunks / nkv;
     if (y >= num_groups) return;
     bf16* ring = reinterpret_cast<bf16*>(smem_raw) + warp * DEC_SLOTS * TILE;
-    float* qrot = reinterpret_cast<float*>(reinterpret_cast<bf16*>(smem_raw) + DEC_WARPS * DEC_SLOTS * TILE) +
-                  warp * MAX_GROUP * MAX_HEAD_DIM;
+    const u32 bar0 = tma_shared(&bars[warp][0]);
+    if (lane == 0)
+        for (int i = 0; i < DEC_SLOTS; ++i) mbar_init(bar0 + 8 * i, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    __syncwarp();
     const int group = nh / nkv, width = (nh + 2 * nkv) * D;
     const u32 row = groups[2 * y], last_p = pos[row], nsp = last_p / ATT_SPLIT + 1, end = last_p + 1;
+    // With chunks > 1 the row's splits are cut into that many runs of equal length (the last shorter), one warp
+    // each, and every split's state is stored; the last warp of the row to finish folds them in split order.
+    const u32 per = (nsp + chunks - 1) / chunks, s_lo = part_of * per, s_hi = min(nsp, s_lo + per);
+    const u32 parts = (nsp + per - 1) / per;
+    if (s_lo >= nsp) return;
     KvSpan kv = {kcache, vcache, page_table + table_off[row], page_tokens, nkv * D, page_stride,
                  layer_off + (u64)kvh * D};
+    // With fuse_rope the q heads are rotated into the ring's first slot (free until the first copy).
+    float* qrot = reinterpret_cast<float*>(ring);
     if (fuse_rope) {
-        // The warp rotates its q heads, then writes the row's new key and value before any tile reads them.
+        // The warp rotates its q heads, then writes the row's new key and value before any copy reads them.
         float o[MAX_HEAD_DIM / 32];
         for (int hh = 0; hh < group; ++hh) {
-            float* head = qrot + hh * MAX_HEAD_DIM;
+            float* head = qrot + hh * D;
             const float* src = qkv + (u64)row * width + (u64)(kvh * group + hh) * D;
             for (int i = lane; i < D; i += 32) head[i] = src[i];
             __syncwarp();
@@ -80,8 +91,8 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
             for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
                 if (lane + 32 * j < D) head[lane + 32 * j] = o[j];
         }
-        float* fresh = qrot + group * MAX_HEAD_DIM;
-        for (int which = 0; which < 2; ++which) {
+        float* fresh = qrot + group * D;
+        for (int which = 0; which < 2 && s_hi == nsp; ++which) {
             const bool is_v = which == 1;
             const float* src = qkv + (u64)row * width + (u64)(nh + which * nkv + kvh) * D;
             __syncwarp();
@@ -93,172 +104,246 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
             for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
                 if (lane + 32 * j < D) dst[lane + 32 * j] = f2bf(o[j]);
         }
-        __threadfence_block();
         __syncwarp();
     }
-    // Page ids by split parity: a split's ids are loaded while the split before it is staged.
-    const int pt = page_tokens, sh = pt >= 2 && (pt & (pt - 1)) == 0 ? __ffs(pt) - 1 : -1;
-    u32 pids[2] = {sh > 0 ? split_pages(kv, 0, end, sh) : 0u, 0u};
-    // Stages tile n of the ring; with a split's keys, loads the next split's page ids into the other parity.
-    auto stage = [&](u32 n) {
-        const u32 sn = n >> 1;
-        stage_tile<D>(ring + (n % DEC_SLOTS) * TILE, kv, n & 1, sn * ATT_SPLIT, min(end, (sn + 1) * ATT_SPLIT),
-                      sn & 1 ? pids[1] : pids[0], sh);
-        if (sh > 0 && (n & 1) == 0 && sn + 1 < nsp) {
-            const u32 ahead = split_pages(kv, sn + 1, end, sh);
-            pids[0] = sn & 1 ? ahead : pids[0];
-            pids[1] = sn & 1 ? pids[1] : ahead;
-        }
-    };
-    // The ring's first tiles: keys of split 0, its values, keys of split 1; a group is committed for every tile.
-#pragma unroll
-    for (int i = 0; i < DEC_SLOTS; ++i) {
-        if ((u32)i < 2 * nsp) stage(i);
-        async_commit();
-    }
-    // This lane's two mma rows, g and g + 8: query head r of the KV group for r < group, padding past it.
-    const float* qrow[2];
-    int prow[2];
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-        const int r = g + 8 * hr;
-        prow[hr] = r < group ? (int)last_p : -1;
-        qrow[hr] = r >= group ? nullptr : fuse_rope ? qrot + r * MAX_HEAD_DIM : qkv + (u64)row * width + (u64)(kvh * group + r) * D;
-    }
-    u32 qa[D / 16][4];
+    // This lane's mma row g: query head g of the KV group for g < group, padding past it; q rounded to bf16.
+    const int prow = g < group ? (int)last_p : -1;
+    const float* qrow = g >= group ? nullptr : fuse_rope ? qrot + g * D : qkv + (u64)row * width + (u64)(kvh * group + g) * D;
+    u32 qa[D / 16][2];
 #pragma unroll
     for (int k = 0; k < D / 16; ++k) {
         const int c = k * 16 + 2 * q;
-        float2 lo[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)}, hi[2] = {lo[0], lo[1]};
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
-            if (qrow[hr]) {
-                lo[hr] = *reinterpret_cast<const float2*>(qrow[hr] + c);
-                hi[hr] = *reinterpret_cast<const float2*>(qrow[hr] + c + 8);
-            }
-        qa[k][0] = pack_bf16(lo[0].x, lo[0].y);
-        qa[k][1] = pack_bf16(lo[1].x, lo[1].y);
-        qa[k][2] = pack_bf16(hi[0].x, hi[0].y);
-        qa[k][3] = pack_bf16(hi[1].x, hi[1].y);
+        float2 lo = make_float2(0.0f, 0.0f), hi = lo;
+        if (qrow) {
+            lo = *reinterpret_cast<const float2*>(qrow + c);
+            hi = *reinterpret_cast<const float2*>(qrow + c + 8);
+        }
+        qa[k][0] = pack_bf16(lo.x, lo.y);
+        qa[k][1] = pack_bf16(hi.x, hi.y);
     }
-    const float inf = __int_as_float(0x7f800000);
-    float big_m[2] = {-inf, -inf}, big_l[2] = {0.0f, 0.0f}, big_a[NT][4];
+    // Every lane is done with qrot and has written its key and value before the first copy.
+    fence_async();
+    __syncwarp();
+    // Tile n: split n / 4, part n % 4 (keys 0..31, keys 32..63, their values); lane i copies key row i. A split's
+    // page ids (both halves) are loaded a split ahead of its copies.
+    const int pt = page_tokens, sh = pt >= 1 && (pt & (pt - 1)) == 0 ? __ffs(pt) - 1 : -1;
+    const u32 in_mask = (u32)pt - 1;
+    const u32 k_lo = s_lo * ATT_SPLIT;
+    u32 now0 = page_of(kv, k_lo + lane, end, sh), now1 = page_of(kv, k_lo + DEC_KEYS + lane, end, sh);
+    u32 next0 = page_of(kv, k_lo + ATT_SPLIT + lane, end, sh);
+    u32 next1 = page_of(kv, k_lo + ATT_SPLIT + DEC_KEYS + lane, end, sh);
+    const u32 ntiles = 4 * (s_hi - s_lo);
+    auto stage = [&](u32 n) {
+        const u32 s = s_lo + (n >> 2), part = n & 3, half = part & 1, first = s * ATT_SPLIT + half * DEC_KEYS;
+        const u32 kp = first + lane, slot = n % DEC_SLOTS, bar = bar0 + 8 * slot;
+        bf16* dst = ring + slot * TILE + lane * ST;
+        const u32 valid = end > first ? min(end - first, (u32)DEC_KEYS) : 0u;
+        // Generic accesses to the slot (reads of its last tile, zero rows) come before the copies into it.
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if (lane == 0) mbar_expect(bar, valid * D * 2);
+        if (kp < end) {
+            const u32 page = half ? now1 : now0, slot_in = sh >= 0 ? kp & in_mask : kp % (u32)pt;
+            const bf16* src = (part >= 2 ? kv.vcache : kv.kcache) + (u64)page * kv.page_stride + kv.head_off +
+                              (u64)slot_in * kv.kv_dim;
+            bulk_copy(tma_shared(dst), src, D * 2, bar);
+        } else if (part >= 2) {
+            // Values past the row's end are zero, so their zero weights add nothing (keys past it are masked).
 #pragma unroll
-    for (int j = 0; j < NT; ++j) big_a[j][0] = big_a[j][1] = big_a[j][2] = big_a[j][3] = 0.0f;
-    float mt[2], lt[2];
-    u32 pa[4][4];
-    for (u32 i = 0; i < 2 * nsp; ++i) {
-        const u32 s = i >> 1, s0 = s * ATT_SPLIT;
-        async_wait<DEC_SLOTS - 1>();
+            for (int c = 0; c < D / 8; ++c) reinterpret_cast<uint4*>(dst)[c] = make_uint4(0, 0, 0, 0);
+        }
+        if (part == 3) {
+            now0 = next0, now1 = next1;
+            next0 = page_of(kv, (s + 2) * ATT_SPLIT + lane, end, sh);
+            next1 = page_of(kv, (s + 2) * ATT_SPLIT + DEC_KEYS + lane, end, sh);
+        }
+    };
+    for (u32 n = 0; n < DEC_SLOTS && n < ntiles; ++n) stage(n);
+    // Waits for tile n, and returns it.
+    auto tile_of = [&](u32 n) -> const bf16* {
+        mbar_wait(bar0 + 8 * (n % DEC_SLOTS), (n / DEC_SLOTS) & 1);
         __syncwarp();
-        const bf16* tile = ring + (i % DEC_SLOTS) * TILE;
-        if ((i & 1) == 0) {
-            // Keys: scores of 16 rows by the split's 64 keys, their max, exp and sum in attention_rows' order.
-            float sc[8][4];
+        return ring + (n % DEC_SLOTS) * TILE;
+    };
+    // Every lane is done with tile n's slot (and zero rows are written) before the warp refills it.
+    auto refill = [&](u32 n) {
+        __syncwarp();
+        if (n + DEC_SLOTS < ntiles) stage(n + DEC_SLOTS);
+    };
+    const float inf = __int_as_float(0x7f800000);
+    float big_m = -inf, big_l = 0.0f, big_a[NT][2];
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-                sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+    for (int j = 0; j < NT; ++j) big_a[j][0] = big_a[j][1] = 0.0f;
+    for (u32 s = s_lo; s < s_hi; ++s) {
+        const u32 s0 = s * ATT_SPLIT, n0 = 4 * (s - s_lo);
+        // Keys: scores of the row by the split's 64 keys (tile nt holds keys 8 nt .. 8 nt + 7), a half at a time.
+        float sc[8][2];
 #pragma unroll
-                for (int k = 0; k < D / 16; ++k) {
-                    const bf16* kr = tile + (nt * 8 + g) * ST + k * 16 + 2 * q;
-                    mma_bf16(sc[nt], qa[k][0], qa[k][1], qa[k][2], qa[k][3], *reinterpret_cast<const u32*>(kr),
-                             *reinterpret_cast<const u32*>(kr + 8));
+        for (int half = 0; half < 2; ++half) {
+            const bf16* tile = tile_of(n0 + half);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float* acc = sc[4 * half + i];
+                acc[0] = acc[1] = 0.0f;
+                const bf16* kr = tile + (i * 8 + (lane & 7)) * ST + (lane >> 3) * 8;
+#pragma unroll
+                for (int k2 = 0; k2 < D / 32; ++k2) {
+                    u32 b0, b1, b2, b3;
+                    load_x4(kr + 32 * k2, b0, b1, b2, b3);
+                    mma_top(acc, qa[2 * k2][0], qa[2 * k2][1], b0, b1);
+                    mma_top(acc, qa[2 * k2 + 1][0], qa[2 * k2 + 1][1], b2, b3);
                 }
             }
+            refill(n0 + half);
+        }
+        // The split's max, exp and sum in attention_rows' order.
+        float mt = -inf, lt = 0.0f;
 #pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                mt[hr] = -inf, lt[hr] = 0.0f;
+        for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        float& v = sc[nt][2 * hr + e];
-                        v = (int)(s0 + nt * 8 + 2 * q + e) <= prow[hr] ? v * scale : -inf;
-                        mt[hr] = fmaxf(mt[hr], v);
-                    }
-                mt[hr] = fmaxf(mt[hr], __shfl_xor_sync(0xffffffffu, mt[hr], 1));
-                mt[hr] = fmaxf(mt[hr], __shfl_xor_sync(0xffffffffu, mt[hr], 2));
-                const bool active = prow[hr] >= (int)s0;
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        float& v = sc[nt][2 * hr + e];
-                        v = active ? att_exp(v - mt[hr]) : 0.0f;
-                        lt[hr] += v;
-                    }
-                lt[hr] += __shfl_xor_sync(0xffffffffu, lt[hr], 1);
-                lt[hr] += __shfl_xor_sync(0xffffffffu, lt[hr], 2);
+            for (int e = 0; e < 2; ++e) {
+                float& v = sc[nt][e];
+                v = (int)(s0 + nt * 8 + 2 * q + e) <= prow ? v * scale : -inf;
+                mt = fmaxf(mt, v);
             }
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+        const bool active = prow >= (int)s0;
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-                pa[kk][0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
-                pa[kk][1] = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
-                pa[kk][2] = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-                pa[kk][3] = pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-            }
-        } else {
-            // Values: the split's P V, folded into the running state as attention_rows folds it.
-            float fa[2], fb[2], top[2];
+        for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                top[hr] = fmaxf(big_m[hr], mt[hr]);
-                fa[hr] = att_exp(big_m[hr] - top[hr]);
-                fb[hr] = att_exp(mt[hr] - top[hr]);
+            for (int e = 0; e < 2; ++e) {
+                float& v = sc[nt][e];
+                v = active ? att_exp(v - mt) : 0.0f;
+                lt += v;
             }
+        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+        u32 pa[4][2];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            pa[kk][0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
+            pa[kk][1] = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+        }
+        // Values: the split's P V (16 keys a k16 step, in key order), a half at a time.
+        float t[NT][2];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) t[j][0] = t[j][1] = 0.0f;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const bf16* tile = tile_of(n0 + 2 + half);
             const bf16* vrow = tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * ST + (lane >> 4) * 8;
 #pragma unroll
-            for (int jp = 0; jp < NT / 2; ++jp) {
-                float t[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+            for (int jp = 0; jp < NT / 2; ++jp)
 #pragma unroll
-                for (int kk = 0; kk < 4; ++kk) {
+                for (int kl = 0; kl < 2; ++kl) {
+                    const int kk = 2 * half + kl;
                     u32 r0, r1, r2, r3;
-                    load_trans_x4(vrow + kk * 16 * ST + jp * 16, r0, r1, r2, r3);
-                    mma_bf16(t[0], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], r0, r1);
-                    mma_bf16(t[1], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], r2, r3);
+                    load_trans_x4(vrow + kl * 16 * ST + jp * 16, r0, r1, r2, r3);
+                    mma_top(t[2 * jp], pa[kk][0], pa[kk][1], r0, r1);
+                    mma_top(t[2 * jp + 1], pa[kk][0], pa[kk][1], r2, r3);
                 }
+            refill(n0 + 2 + half);
+        }
+        if (chunks > 1) {
+            // The split's state, stored as attention_rows stores it.
+            if (prow >= 0) {
+                float* st = partial + (((u64)row * nh + (u64)kvh * group + g) * nsplit + s) * (D + 2);
 #pragma unroll
-                for (int u = 0; u < 2; ++u)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int hr = e >> 1, j = 2 * jp + u;
-                        if (prow[hr] >= 0) big_a[j][e] = fold(big_a[j][e], fa[hr], t[u][e], fb[hr]);
-                    }
+                for (int j = 0; j < NT; ++j) *reinterpret_cast<float2*>(st + 8 * j + 2 * q) = make_float2(t[j][0], t[j][1]);
+                if (q == 0) st[D] = mt, st[D + 1] = lt;
             }
+            continue;
+        }
+        // The split's state folded into the running one, as attention_rows folds it.
+        const float top = fmaxf(big_m, mt), fa = att_exp(big_m - top), fb = att_exp(mt - top);
+        if (prow >= 0) {
 #pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                if (prow[hr] < 0) continue;
-                big_l[hr] = fold(big_l[hr], fa[hr], lt[hr], fb[hr]);
-                big_m[hr] = top[hr];
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) big_a[j][e] = fold(big_a[j][e], fa, t[j][e], fb);
+            big_l = fold(big_l, fa, lt, fb);
+            big_m = top;
+        }
+    }
+    if (chunks > 1) {
+        // The row's last warp to finish folds every split's state in split order: attention_rows' split fold.
+        __threadfence();
+        __syncwarp();
+        u32 ticket = 0;
+        if (lane == 0) ticket = atomicAdd(tickets + (u64)row * nkv + kvh, 1u);
+        if (__shfl_sync(0xffffffffu, ticket, 0) != parts - 1) return;
+        __threadfence();
+        if (lane == 0) tickets[(u64)row * nkv + kvh] = 0;
+        // Lane i folds elements i + 32 j of every head; a split's states load while the one before is folded.
+        constexpr int PER = D / 32;
+        const float* st0 = partial + ((u64)row * nh + (u64)kvh * group) * nsplit * (D + 2);
+        float m[MAX_GROUP], l[MAX_GROUP], acc[MAX_GROUP][PER], ms[MAX_GROUP], ls[MAX_GROUP], pv[MAX_GROUP][PER];
+        auto load = [&](u32 s) {
+#pragma unroll
+            for (int hh = 0; hh < MAX_GROUP; ++hh) {
+                if (hh >= group) break;
+                const float* st = st0 + ((u64)hh * nsplit + s) * (D + 2);
+                ms[hh] = __ldcg(st + D), ls[hh] = __ldcg(st + D + 1);
+#pragma unroll
+                for (int j = 0; j < PER; ++j) pv[hh][j] = __ldcg(st + lane + 32 * j);
+            }
+        };
+#pragma unroll
+        for (int hh = 0; hh < MAX_GROUP; ++hh) {
+            m[hh] = -inf, l[hh] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < PER; ++j) acc[hh][j] = 0.0f;
+        }
+        load(0);
+        for (u32 s = 0; s < nsp; ++s) {
+            float cm[MAX_GROUP], cl[MAX_GROUP], cp[MAX_GROUP][PER];
+#pragma unroll
+            for (int hh = 0; hh < MAX_GROUP; ++hh) {
+                cm[hh] = ms[hh], cl[hh] = ls[hh];
+#pragma unroll
+                for (int j = 0; j < PER; ++j) cp[hh][j] = pv[hh][j];
+            }
+            if (s + 1 < nsp) load(s + 1);
+#pragma unroll
+            for (int hh = 0; hh < MAX_GROUP; ++hh) {
+                if (hh >= group) break;
+                const float tp = fmaxf(m[hh], cm[hh]), fa = att_exp(m[hh] - tp), fb = att_exp(cm[hh] - tp);
+#pragma unroll
+                for (int j = 0; j < PER; ++j) acc[hh][j] = fold(acc[hh][j], fa, cp[hh][j], fb);
+                l[hh] = fold(l[hh], fa, cl[hh], fb);
+                m[hh] = tp;
             }
         }
-        // Every lane is done with the slot before the warp refills it with the tile DEC_SLOTS ahead.
-        __syncwarp();
-        if (i + DEC_SLOTS < 2 * nsp) stage(i + DEC_SLOTS);
-        async_commit();
-    }
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-        if (prow[hr] < 0) continue;
-        u32* dst = reinterpret_cast<u32*>(out + ((u64)row * nh + (u64)kvh * group + g + 8 * hr) * D);
+        for (int hh = 0; hh < MAX_GROUP; ++hh) {
+            if (hh >= group) break;
+            bf16* o = out + ((u64)row * nh + (u64)kvh * group + hh) * D;
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
-            dst[(8 * j + 2 * q) / 2] = pack_bf16(big_a[j][2 * hr] / big_l[hr], big_a[j][2 * hr + 1] / big_l[hr]);
+            for (int j = 0; j < PER; ++j) o[lane + 32 * j] = f2bf(acc[hh][j] / l[hh]);
+        }
+        return;
     }
+    if (prow < 0) return;
+    u32* dst = reinterpret_cast<u32*>(out + ((u64)row * nh + (u64)kvh * group + g) * D);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) dst[(8 * j + 2 * q) / 2] = pack_bf16(big_a[j][0] / big_l, big_a[j][1] / big_l);
 }
 
 #define DECODE_KERNEL(D)                                                                                               \
-    extern "C" __global__ void __launch_bounds__(32 * DEC_WARPS, 1) attention_decode_d##D(                            \
+    extern "C" __global__ void __launch_bounds__(32 * DEC_WARPS, 2) attention_decode_d##D(                            \
         const float* qkv, const u32* pos, const u32* groups, const u32* page_table, const u32* table_off,               \
         bf16* kcache, bf16* vcache, bf16* out, int num_groups, int nh, int nkv, int page_tokens, u64 page_stride,       \
         u64 layer_off, float scale, const u64* kv_off, const float* inv_freq, const float* q_norm,                     \
-        const float* k_norm, float eps, int interleaved, int fuse_rope) {                                              \
+        const float* k_norm, float eps, int interleaved, int fuse_rope, float* partial, u32* tickets, int nsplit,     \
+        int chunks) {                                                                                                  \
         attention_decode<D>(qkv, pos, groups, page_table, table_off, kcache, vcache, out, num_groups, nh, nkv,       \
                             page_tokens, page_stride, layer_off, scale, kv_off, inv_freq, q_norm, k_norm, eps,         \
-                            interleaved, fuse_rope);                                                                   \
+                            interleaved, fuse_rope, partial, tickets, nsplit, chunks);                                 \
     }
 
 DECODE_KERNEL(32)
 DECODE_KERNEL(64)
 DECODE_KERNEL(96)
 DECODE_KERNEL(128)
+
+#endif

@@ -24,49 +24,6 @@ struct alignas(64) TmaMap {
 
 // Bytes of one tile row of a stage: 64 bf16 of k, the 128-byte swizzle's row.
 #define TMA_ROW 128
-// A wait on a barrier longer than this (ns) traps, so a broken pipeline fails the launch instead of hanging.
-#ifndef GEMM_TMA_WATCHDOG_NS
-#define GEMM_TMA_WATCHDOG_NS 4000000000ull
-#endif
-
-__device__ __forceinline__ u32 tma_shared(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-// The producer's arrival, announcing the bytes the stage's copies will bring.
-__device__ __forceinline__ void mbar_expect(u32 bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ bool mbar_try(u32 bar, u32 parity) {
-    u32 ok;
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(ok)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    return ok != 0;
-}
-
-__device__ __forceinline__ u64 tma_clock() {
-    u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-    return t;
-}
-
-// Waits for the phase of parity `parity` to complete; the timer is read only once the first try fails.
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-    if (mbar_try(bar, parity)) return;
-    const u64 t0 = tma_clock();
-    while (!mbar_try(bar, parity))
-        if (GEMM_TMA_WATCHDOG_NS && tma_clock() - t0 > GEMM_TMA_WATCHDOG_NS) asm volatile("trap;\n");
-}
-
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
 
 // Arrives on the barrier at the same offset in the cluster's CTA `rank` (this CTA included).
 __device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 rank) {

@@ -1,7 +1,7 @@
 //! On a GPU: a query row's attention has the same bits however it is batched. A 32K prompt gives the same rows whole
 //! as in chunks of 7, 512 and 8,192, and as decoded one row at a time at sampled positions; a lane at 2K context
 //! gives the same row alone (split blocks) as among 255 other lanes (one block per row, and one warp per row and KV
-//! head). Skips with a one-line reason where no GPU is found.
+//! head) and among 63 (a few warps per row and KV head). Skips with a one-line reason where no GPU is found.
 
 mod common;
 
@@ -51,8 +51,9 @@ impl Bench {
     }
 
     /// Each row's attention output (NH * D bf16 bits); q of a row comes from its lane and position alone.
-    /// `split`: room for split states and parallel blocks; `decode`: one-row groups may take the decode kernel.
-    fn attend(&mut self, tables: &[Vec<u32>], round: &Round, split: bool, decode: bool) -> Vec<Vec<u16>> {
+    /// `split`: room for split states and parallel blocks; `decode`: one-row groups may take the decode kernel;
+    /// `states`: room for the decode kernel's split states, so a narrow round spreads each row over a few warps.
+    fn attend(&mut self, tables: &[Vec<u32>], round: &Round, split: bool, decode: bool, states: bool) -> Vec<Vec<u16>> {
         let t = round.rows.len();
         let mut qkv = Vec::with_capacity(t * WIDTH);
         let (mut pos, mut table_off, mut flat) = (vec![], vec![], vec![]);
@@ -105,7 +106,13 @@ impl Bench {
             nsplit,
             splits: 32,
             one_row_groups: decode && num_groups == t,
+            states: if states { self.buffer(&vec![0f32; t * NH * nsplit * (D + 2)]) } else { 0 },
+            states_bytes: t * NH * nsplit * (D + 2) * 4,
+            ticket_rows: t,
         };
+        if states {
+            assert!(self.g.decode_chunks(&args) > 1, "a round of {t} rows spreads its rows over several warps");
+        }
         self.g.paged_attention(&args, None).unwrap();
         let mut got = vec![0u16; t * NH * D];
         // SAFETY: the buffer holds t * NH * D bf16 values and `got` lives until the sync.
@@ -149,11 +156,11 @@ fn test_a_32k_prompt_whole_equals_it_in_chunks_and_decoded() {
     let lanes = tables(1, n, n / PAGE);
     let group_rows = attention_group_rows(NH / NKV);
     let chunk = |from: usize, to: usize| Round { rows: (from..to).map(|p| (0, p as u32)).collect(), group_rows };
-    let whole = bench.attend(&lanes, &chunk(0, n), false, false);
+    let whole = bench.attend(&lanes, &chunk(0, n), false, false, false);
     for size in [7, 512, 8192] {
         let mut rows = vec![];
         for from in (0..n).step_by(size) {
-            rows.extend(bench.attend(&lanes, &chunk(from, (from + size).min(n)), false, false));
+            rows.extend(bench.attend(&lanes, &chunk(from, (from + size).min(n)), false, false, false));
         }
         let first = (0..n).find(|&p| rows[p] != whole[p]);
         assert_eq!(first, None, "chunks of {size}: the first row that differs from the whole prompt");
@@ -161,7 +168,7 @@ fn test_a_32k_prompt_whole_equals_it_in_chunks_and_decoded() {
     // Decoded one row at a time, alone (split blocks) and folded in one block, at split and page edges.
     for p in [0, 1, 15, 16, 63, 64, 65, 127, 1000, 4095, 4096, 20_000, 32_767] {
         for split in [true, false] {
-            let row = bench.attend(&lanes, &chunk(p, p + 1), split, true);
+            let row = bench.attend(&lanes, &chunk(p, p + 1), split, true, false);
             assert!(row[0] == whole[p], "position {p} decoded alone (split {split}) differs from the whole prompt");
         }
     }
@@ -175,15 +182,21 @@ fn test_a_lane_at_2k_alone_equals_itself_among_255_others() {
     let lanes = tables(256, 4096, pages);
     let group_rows = attention_group_rows(NH / NKV);
     let alone = Round { rows: vec![(0, 2047)], group_rows };
-    let solo = bench.attend(&lanes, &alone, true, true);
+    let solo = bench.attend(&lanes, &alone, true, true, false);
     // The others at contexts of 1 to 4,096 positions, the tested lane among them.
     let mut rows: Vec<(usize, u32)> = (1..256).map(|l| (l, ((l * 2654) % 4096) as u32)).collect();
     rows.insert(97, (0, 2047));
     let wide = Round { rows, group_rows };
     for decode in [true, false] {
-        let got = bench.attend(&lanes, &wide, false, decode);
+        let got = bench.attend(&lanes, &wide, false, decode, false);
         assert!(got[97] == solo[0], "the lane among 255 others (decode kernel {decode}) differs from it alone");
-        let again = bench.attend(&lanes, &Round { rows: vec![wide.rows[5]], group_rows }, true, true);
+        let again = bench.attend(&lanes, &Round { rows: vec![wide.rows[5]], group_rows }, true, true, false);
         assert!(got[5] == again[0], "another lane (decode kernel {decode}) differs from it alone");
     }
+    // Among 63 others the decode kernel spreads each row over a few warps and folds their stored states.
+    let narrow = Round { rows: wide.rows[60..124].to_vec(), group_rows };
+    let got = bench.attend(&lanes, &narrow, false, true, true);
+    assert!(got[37] == solo[0], "the lane among 63 others (rows spread over warps) differs from it alone");
+    let again = bench.attend(&lanes, &Round { rows: vec![narrow.rows[3]], group_rows }, true, true, false);
+    assert!(got[3] == again[0], "another lane among 63 (rows spread over warps) differs from it alone");
 }

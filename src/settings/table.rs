@@ -217,8 +217,8 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::CudaTma, None, Some("TF_CUDA_TMA"), Kind::Switch, Scope::Env)
     },
     Setting {
-        default: Some("0"),
-        help: "rounds of one token per lane attend one warp per lane and KV head, with the same bits (untried)",
+        default: Some("1"),
+        help: "rounds of one token per lane attend one warp (or a few) per lane and KV head (sm_90+), same bits",
         only: Only::Cuda,
         ..row(Key::CudaWideDecode, None, Some("TF_CUDA_WIDE_DECODE"), Kind::Switch, Scope::Env)
     },

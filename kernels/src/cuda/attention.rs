@@ -19,13 +19,16 @@ pub(super) fn attention_smem(d: usize) -> u32 {
 /// Warps of a wide decode block, each its own (row, KV head) (DEC_WARPS in attention_decode.cu).
 const DECODE_WARPS: usize = 4;
 
-/// Tiles in flight in each decode warp's ring (DEC_SLOTS in attention_decode.cu).
+/// Tiles in each decode warp's ring (DEC_SLOTS in attention_decode.cu).
 const DECODE_SLOTS: usize = 3;
 
-/// Dynamic shared memory of a wide decode block of head size `d`: each warp's ring of bf16 tiles, then room for
-/// its rotated q heads and one k or v head in f32 (MAX_GROUP + 1 heads of MAX_HEAD_DIM).
+/// Key rows of a decode tile, half a split (DEC_KEYS in attention_decode.cu).
+const DECODE_KEYS: usize = 32;
+
+/// Dynamic shared memory of a wide decode block of head size `d`: each warp's ring of bf16 tiles (rows padded by 8),
+/// where its rotated q heads also sit before the first copy.
 pub(super) fn decode_smem(d: usize) -> u32 {
-    (DECODE_WARPS * (DECODE_SLOTS * ATTENTION_SPLIT * (d + 8) * 2 + 9 * 128 * 4)) as u32
+    (DECODE_WARPS * DECODE_SLOTS * DECODE_KEYS * (d + 8) * 2) as u32
 }
 
 /// Most consecutive positions of one lane that an attention block takes, for `group` query heads per KV head.
@@ -96,12 +99,14 @@ impl Gpu {
         ];
         let at = HEAD_DIMS.iter().position(|&d| d == a.head_dim).expect("a head size the attention kernels take");
         if let (0, true, Some(decode)) = (a.partial, a.one_row_groups, &self.f.attention_decode) {
-            // The same arguments less the split ones (nsplit, tickets), with the group count for partial.
+            let chunks = self.decode_chunks(a);
+            // The row kernel's arguments less the split ones, the group count after out, then the chunking.
             let mut args = Vec::from(args);
-            args.remove(16);
-            args.remove(9);
-            args[8] = Arg::Int(a.num_groups as i32);
-            let blocks = (a.num_groups * a.num_kv_heads).div_ceil(DECODE_WARPS);
+            let split = [args.remove(16), args.remove(9), args.remove(8)];
+            args.insert(8, Arg::Int(a.num_groups as i32));
+            let (states, tickets) = if chunks > 1 { (a.states, a.tickets) } else { (0, 0) };
+            args.extend([Arg::Ptr(states), Arg::Ptr(tickets), split[0], Arg::Int(chunks as i32)]);
+            let blocks = (a.num_groups * a.num_kv_heads * chunks).div_ceil(DECODE_WARPS);
             let block = 32 * DECODE_WARPS as u32;
             return self.launch(&decode[at], (blocks, 1, 1), block, decode_smem(a.head_dim), &args);
         }
@@ -109,7 +114,29 @@ impl Gpu {
         let block = 32 * ATTENTION_WARPS as u32;
         self.launch(&self.f.attention[at], (a.num_kv_heads, a.num_groups, z), block, attention_smem(a.head_dim), &args)
     }
+
+    /// Warps per (row, KV head) of a wide decode round: one where the pairs fill half the GPU's warps or more,
+    /// else as many as fill one wave of them where `states` holds every row's split states. Fixed by the round's
+    /// shape and the sizing alone, so a recorded graph stays right as contexts grow.
+    pub fn decode_chunks(&self, a: &AttentionArgs) -> usize {
+        let (units, slots) = (a.num_groups * a.num_kv_heads, self.sms * DECODE_WARPS_PER_SM);
+        let want = match 2 * units <= slots {
+            true => (slots / units.max(1)).min(MAX_DECODE_CHUNKS),
+            false => 1,
+        };
+        let room = a.num_groups * a.num_heads * a.nsplit * (a.head_dim + 2) * 4;
+        match want > 1 && a.states != 0 && room <= a.states_bytes && a.num_groups <= a.ticket_rows {
+            true => want,
+            false => 1,
+        }
+    }
 }
+
+/// Warps of the wide decode kernel an SM holds (two blocks).
+const DECODE_WARPS_PER_SM: usize = 2 * DECODE_WARPS;
+
+/// Most warps one (row, KV head) of a wide decode round is spread over.
+const MAX_DECODE_CHUNKS: usize = 16;
 
 /// Arguments of `qkv_rope_store`; pointers are device addresses, 0 for an absent norm.
 pub struct QkvArgs {
@@ -159,6 +186,11 @@ pub struct AttentionArgs {
     pub splits: usize,
     /// Every group is one row (a decode round): without `partial`, one warp per (row, KV head) attends.
     pub one_row_groups: bool,
+    /// Room for the wide decode kernel's split states (`nsplit` per row and head), where it may spread a row over
+    /// several warps; 0 for none. `tickets` then needs a zeroed counter per (row, KV head) for `ticket_rows` rows.
+    pub states: DevPtr,
+    pub states_bytes: usize,
+    pub ticket_rows: usize,
 }
 
 #[cfg(test)]

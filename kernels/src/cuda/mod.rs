@@ -131,6 +131,8 @@ pub struct Gpu {
     gemm: GemmTuning,
     /// Tensor maps of the family's operands, encoded once each.
     maps: std::sync::Mutex<family::MapCache>,
+    /// Streaming multiprocessors.
+    sms: usize,
 }
 
 /// How the kernels are launched; chosen once when the GPU is opened.
@@ -143,14 +145,14 @@ pub struct KernelOptions {
     pub gemm: GemmTuning,
     /// Every weight whose K is a multiple of 64 multiplies on the exact Hopper family (TMA, wgmma) on an sm_90a GPU.
     pub family: bool,
-    /// Rounds of one row per lane attend one warp per (row, KV head) (attention_decode.cu), with the same bits; off
-    /// until its GPU tests (kernels/tests/gpu_attention.rs) have passed on a GPU.
+    /// Rounds of one row per lane attend one warp (or a few) per (row, KV head) (attention_decode.cu) on sm_90 and
+    /// later, with the same bits as the row kernel.
     pub wide_decode: bool,
 }
 
 impl Default for KernelOptions {
     fn default() -> Self {
-        KernelOptions { overlap: true, wgmma: false, gemm: GemmTuning::default(), family: true, wide_decode: false }
+        KernelOptions { overlap: true, wgmma: false, gemm: GemmTuning::default(), family: true, wide_decode: true }
     }
 }
 
@@ -219,7 +221,7 @@ impl Gpu {
                 load("attention_d96")?,
                 load("attention_d128")?,
             ],
-            attention_decode: match options.wide_decode {
+            attention_decode: match options.wide_decode && major >= 9 {
                 true => Some([
                     load("attention_decode_d32")?,
                     load("attention_decode_d64")?,
@@ -250,7 +252,7 @@ impl Gpu {
         // Graph capture needs a stream of our own, not the legacy default one.
         let stream = ctx.new_stream()?;
         let maps = Default::default();
-        Ok(Arc::new(Gpu { ctx, stream, f, narrow: AtomicBool::new(false), gemm: options.gemm, maps }))
+        Ok(Arc::new(Gpu { ctx, stream, f, narrow: AtomicBool::new(false), gemm: options.gemm, maps, sms }))
     }
 
     pub fn name(&self) -> String {

@@ -70,8 +70,10 @@ struct Scratch {
     /// Sampled rows cut to the tokens their draws can take.
     keep: KeepBuffers,
     meta: DevPtr,
-    /// Attention split states of rounds of up to `SPLIT_ROWS` rows.
+    /// Attention split states of rounds of up to `SPLIT_ROWS` rows, and of the wide decode kernel's rounds of up
+    /// to `WIDE_SPLIT_ROWS` rows where they fit its `partial_bytes`.
     partial: DevPtr,
+    partial_bytes: usize,
     tickets: DevPtr,
     nsplit: usize,
     /// The GEMM family's workspace and arrival counters.
@@ -119,6 +121,12 @@ const SPLIT_BLOCKS: usize = 32;
 
 /// Most bytes of attention split states; rows with more splits fold them in one block.
 const PARTIAL_BYTES: usize = 64 << 20;
+
+/// Decode rounds of up to this many rows may spread a row over several warps of the wide decode kernel.
+const WIDE_SPLIT_ROWS: usize = GRAPH_ROWS;
+
+/// Most bytes of the wide decode kernel's split states; rounds whose states do not fit keep one warp a row.
+const WIDE_STATE_BYTES: usize = 256 << 20;
 
 /// Switches of the CUDA backend, from the settings table; none changes the bits a round computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,7 +286,9 @@ impl CudaLlama {
         let [x, normed, qkv, attn, proj, gate_up, act_buf, logits, meta_ptr, picks, x_spare] = ptrs;
         let state_bytes = SPLIT_ROWS.min(t) * c.num_heads * (c.head_dim + 2) * 4;
         let nsplit = sizing.context.div_ceil(ATTENTION_SPLIT).min(PARTIAL_BYTES / state_bytes).max(1);
-        let partial = up.buffer(act, nsplit * state_bytes)?;
+        let wide_bytes = t.min(WIDE_SPLIT_ROWS) * c.num_heads * nsplit * (c.head_dim + 2) * 4;
+        let partial_bytes = (nsplit * state_bytes).max(wide_bytes.min(WIDE_STATE_BYTES));
+        let partial = up.buffer(act, partial_bytes)?;
         let keep_sizes = KeepBuffers::sizes(sizing.max_lanes, sizing.context, c.vocab_size);
         let mut keep_ptrs = [0; 7];
         for (p, &bytes) in keep_ptrs.iter_mut().zip(&keep_sizes) {
@@ -287,7 +297,7 @@ impl CudaLlama {
         let [pairs, counts, rows, params, hist_off, history, scratch] = keep_ptrs;
         let history_cap = sizing.max_lanes * sizing.context;
         let keep = KeepBuffers { pairs, counts, rows, params, hist_off, history, scratch, history_cap };
-        let zeros = vec![0u32; SPLIT_ROWS * c.num_kv_heads];
+        let zeros = vec![0u32; SPLIT_ROWS.max(WIDE_SPLIT_ROWS) * c.num_kv_heads];
         let tickets = up.buffer(act, 4 * zeros.len())?;
         shared.upload(tickets, &zeros).map_err(gpu_err)?;
         let shapes = [(width, h), (h, q_dim), (2 * f, h), (h, f), (c.vocab_size, h)];
@@ -320,6 +330,7 @@ impl CudaLlama {
             keep,
             meta: meta_ptr,
             partial,
+            partial_bytes,
             tickets,
             nsplit,
             gemm,
@@ -328,7 +339,7 @@ impl CudaLlama {
         let staging =
             (up.alloc)(MemoryKind::PinnedHost, staging_bytes).map_err(|e| LoadError::Device(e.to_string()))?;
         let activation_bytes = sizes.iter().chain(&keep_sizes).sum::<usize>()
-            + nsplit * state_bytes
+            + partial_bytes
             + 4 * zeros.len()
             + staging_bytes
             + gemm_bytes;

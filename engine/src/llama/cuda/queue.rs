@@ -2,7 +2,7 @@
 
 use tensorfold_kernels::cuda::{AttentionArgs, DevPtr, GpuError, NormIn, QkvArgs};
 
-use super::{Caches, Net, SPLIT_BLOCKS, SPLIT_ROWS};
+use super::{Caches, Net, SPLIT_BLOCKS, SPLIT_ROWS, WIDE_SPLIT_ROWS};
 use crate::llama::forward::{forward, LayerNorm, LlamaSteps};
 
 /// Where the round's residual stream is: its buffer, and the one the next folded norm stores the sum to.
@@ -174,6 +174,9 @@ impl LlamaSteps for GpuPass<'_> {
             nsplit: s.nsplit,
             splits: SPLIT_BLOCKS,
             one_row_groups: self.groups == t,
+            states: if t <= WIDE_SPLIT_ROWS { s.partial } else { 0 },
+            states_bytes: s.partial_bytes,
+            ticket_rows: WIDE_SPLIT_ROWS,
         };
         let rope = self.fuse_rope.then(|| self.rope(li));
         self.m.gpu.paged_attention(&attention, rope.as_ref())
