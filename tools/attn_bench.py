@@ -135,9 +135,10 @@ def decode(cuda, lanes, ctx, once, copy_gbs, results, lines):
     states = torch.empty(lanes * NH * nsplit * (D + 2), dtype=torch.float32, device="cuda")
     tickets = torch.zeros(lanes * NKV, dtype=torch.int32, device="cuda")
     a_dec = launch_args(cuda, qkv, pos, groups, paged, off, outs["decode"], ng, True, (states, tickets, nsplit, chunks))
+    dec_name = "attention_spread_d128" if chunks > 1 else "attention_decode_d128"
     runs = {
         "rows": lambda: cuda.launch("attention_d128", (NKV, ng, 1), (128,), PROMPT_SMEM, a_rows),
-        "decode": lambda: cuda.launch("attention_decode_d128", (-(-lanes * NKV * chunks // DECODE_WARPS), 1, 1),
+        "decode": lambda: cuda.launch(dec_name, (-(-lanes * NKV * chunks // DECODE_WARPS), 1, 1),
                                       (32 * DECODE_WARPS,), DECODE_SMEM, a_dec),
     }
     for fn in runs.values():
@@ -181,7 +182,8 @@ def main():
     cuda = Cuda(SOURCES)
     cuda.set_smem("attention_d128", PROMPT_SMEM)
     cuda.set_smem("attention_decode_d128", DECODE_SMEM)
-    for name in ("attention_d128", "attention_decode_d128"):
+    cuda.set_smem("attention_spread_d128", DECODE_SMEM)
+    for name in ("attention_d128", "attention_decode_d128", "attention_spread_d128"):
         print(name, "registers, local bytes:", cuda.registers(name), flush=True)
     copy_gbs = 0.0 if args.once else copy_bandwidth()
     results, lines, ok = [], [], True

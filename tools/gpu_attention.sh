@@ -48,9 +48,10 @@ if wants engine; then
         timeout 150 env "$@" .device/tensorfold bench --device cuda --model "$CKPT" --decode-after 2048 \
             --decode-tokens 32 --lanes "$lanes" --repeats 1 2>&1 | grep -iE "tok/s|decode|error" | tail -3 | tee -a "$OUT/engine.txt"
     }
+    # ENGINES picks which of the two (default both).
     for lanes in 64 256; do
-        engine wide "$lanes" TF_CUDA_WIDE_DECODE=1
-        engine rows "$lanes" TF_CUDA_WIDE_DECODE=0
+        [[ " ${ENGINES:-wide rows} " == *" wide "* ]] && engine wide "$lanes" TF_CUDA_WIDE_DECODE=1
+        [[ " ${ENGINES:-wide rows} " == *" rows "* ]] && engine rows "$lanes" TF_CUDA_WIDE_DECODE=0
     done
 fi
 if wants peer && (( $(left) > 120 )); then

@@ -42,7 +42,9 @@ __device__ __forceinline__ u32 page_of(const KvSpan& kv, u32 kp, u32 end, int sh
     return kp >= end ? 0u : sh >= 0 ? kv.pages[kp >> sh] : kv.pages[kp / (u32)kv.page_tokens];
 }
 
-template <int D>
+// SPREAD: rows may be spread over several warps (chunks > 1), storing split states; a kernel of its own, so the
+// one-warp form keeps its registers.
+template <int D, bool SPREAD>
 __device__ void attention_decode(const float* __restrict__ qkv, const u32* __restrict__ pos,
                                  const u32* __restrict__ groups, const u32* __restrict__ page_table,
                                  const u32* __restrict__ table_off, bf16* kcache, bf16* vcache, bf16* __restrict__ out,
@@ -57,6 +59,7 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
     extern __shared__ uint4 smem_raw[];
     __shared__ u64 bars[DEC_WARPS][DEC_SLOTS];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    if (!SPREAD) chunks = 1;
     const int unit = blockIdx.x * DEC_WARPS + warp, part_of = unit % chunks, kvh = unit / chunks % nkv;
     const int y = unit / chunks / nkv;
     if (y >= num_groups) return;
@@ -244,7 +247,7 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
                 }
             refill(n0 + 2 + half);
         }
-        if (chunks > 1) {
+        if (SPREAD) {
             // The split's state, stored as attention_rows stores it.
             if (prow >= 0) {
                 float* st = partial + (((u64)row * nh + (u64)kvh * group + g) * nsplit + s) * (D + 2);
@@ -265,7 +268,7 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
             big_m = top;
         }
     }
-    if (chunks > 1) {
+    if (SPREAD) {
         // The row's last warp to finish folds every split's state in split order: attention_rows' split fold.
         __threadfence();
         __syncwarp();
@@ -329,21 +332,25 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
     for (int j = 0; j < NT; ++j) dst[(8 * j + 2 * q) / 2] = pack_bf16(big_a[j][0] / big_l, big_a[j][1] / big_l);
 }
 
-#define DECODE_KERNEL(D)                                                                                               \
-    extern "C" __global__ void __launch_bounds__(32 * DEC_WARPS, 2) attention_decode_d##D(                            \
+#define DECODE_KERNEL(NAME, D, SPREAD)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * DEC_WARPS, 2) NAME(                                             \
         const float* qkv, const u32* pos, const u32* groups, const u32* page_table, const u32* table_off,               \
         bf16* kcache, bf16* vcache, bf16* out, int num_groups, int nh, int nkv, int page_tokens, u64 page_stride,       \
         u64 layer_off, float scale, const u64* kv_off, const float* inv_freq, const float* q_norm,                     \
         const float* k_norm, float eps, int interleaved, int fuse_rope, float* partial, u32* tickets, int nsplit,     \
         int chunks) {                                                                                                  \
-        attention_decode<D>(qkv, pos, groups, page_table, table_off, kcache, vcache, out, num_groups, nh, nkv,       \
-                            page_tokens, page_stride, layer_off, scale, kv_off, inv_freq, q_norm, k_norm, eps,         \
-                            interleaved, fuse_rope, partial, tickets, nsplit, chunks);                                 \
+        attention_decode<D, SPREAD>(qkv, pos, groups, page_table, table_off, kcache, vcache, out, num_groups, nh,     \
+                                    nkv, page_tokens, page_stride, layer_off, scale, kv_off, inv_freq, q_norm, k_norm, \
+                                    eps, interleaved, fuse_rope, partial, tickets, nsplit, chunks);                    \
     }
 
-DECODE_KERNEL(32)
-DECODE_KERNEL(64)
-DECODE_KERNEL(96)
-DECODE_KERNEL(128)
+DECODE_KERNEL(attention_decode_d32, 32, false)
+DECODE_KERNEL(attention_decode_d64, 64, false)
+DECODE_KERNEL(attention_decode_d96, 96, false)
+DECODE_KERNEL(attention_decode_d128, 128, false)
+DECODE_KERNEL(attention_spread_d32, 32, true)
+DECODE_KERNEL(attention_spread_d64, 64, true)
+DECODE_KERNEL(attention_spread_d96, 96, true)
+DECODE_KERNEL(attention_spread_d128, 128, true)
 
 #endif

@@ -108,7 +108,8 @@ impl Gpu {
             args.extend([Arg::Ptr(states), Arg::Ptr(tickets), split[0], Arg::Int(chunks as i32)]);
             let blocks = (a.num_groups * a.num_kv_heads * chunks).div_ceil(DECODE_WARPS);
             let block = 32 * DECODE_WARPS as u32;
-            return self.launch(&decode[at], (blocks, 1, 1), block, decode_smem(a.head_dim), &args);
+            let kernel = &decode[at + if chunks > 1 { HEAD_DIMS.len() } else { 0 }];
+            return self.launch(kernel, (blocks, 1, 1), block, decode_smem(a.head_dim), &args);
         }
         let z = if a.partial == 0 { 1 } else { a.splits.clamp(1, a.nsplit.max(1)) };
         let block = 32 * ATTENTION_WARPS as u32;

@@ -88,8 +88,9 @@ struct Functions {
     qkv_rope_store: CudaFunction,
     /// `attention_d{D}` for each of `HEAD_DIMS`.
     attention: [CudaFunction; 4],
-    /// `attention_decode_d{D}` for each of `HEAD_DIMS`, where `KernelOptions::wide_decode` asks for it.
-    attention_decode: Option<[CudaFunction; 4]>,
+    /// `attention_decode_d{D}` for each of `HEAD_DIMS`, then `attention_spread_d{D}` (rows spread over warps),
+    /// where `KernelOptions::wide_decode` asks for them.
+    attention_decode: Option<[CudaFunction; 8]>,
     argmax_rows: CudaFunction,
     keep_count: CudaFunction,
     keep_write: CudaFunction,
@@ -227,6 +228,10 @@ impl Gpu {
                     load("attention_decode_d64")?,
                     load("attention_decode_d96")?,
                     load("attention_decode_d128")?,
+                    load("attention_spread_d32")?,
+                    load("attention_spread_d64")?,
+                    load("attention_spread_d96")?,
+                    load("attention_spread_d128")?,
                 ]),
                 false => None,
             },
@@ -246,8 +251,8 @@ impl Gpu {
         for (func, d) in f.attention.iter().zip(HEAD_DIMS) {
             func.set_attribute(attr, attention::attention_smem(d) as i32)?;
         }
-        for (func, d) in f.attention_decode.iter().flatten().zip(HEAD_DIMS) {
-            func.set_attribute(attr, attention::decode_smem(d) as i32)?;
+        for (func, d) in f.attention_decode.iter().flatten().zip(HEAD_DIMS.iter().chain(&HEAD_DIMS)) {
+            func.set_attribute(attr, attention::decode_smem(*d) as i32)?;
         }
         // Graph capture needs a stream of our own, not the legacy default one.
         let stream = ctx.new_stream()?;
