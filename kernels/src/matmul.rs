@@ -10,8 +10,18 @@ use crate::weight::Weight;
 
 /// Weight rows per parallel task; any value gives the same bits.
 const ROWS_PER_TASK: usize = 16;
-/// Activation rows that share one pass over a weight row.
-const TILE: usize = 4;
+/// Activation rows that share one pass over a weight row: 8 for 8- and 4-bit rows under AVX-512 (the block's
+/// conversion then serves twice the rows), 4 otherwise (AVX2 has registers for no more).
+const TILE: usize = 8;
+
+fn tile_rows(w: &Weight) -> usize {
+    let legacy = matches!(w, Weight::Quant { ty: GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1, .. });
+    if legacy && simd::wide_tiles() {
+        TILE
+    } else {
+        4
+    }
+}
 
 /// The arithmetic a quantized weight (legacy or K-quant) meets its activations in; f32 weights always take f32.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -58,6 +68,7 @@ pub fn matmul(x: &[f32], num_rows: usize, w: &Weight, out: &mut [f32]) {
         if block_sums.is_empty() { vec![&[][..]; num_rows] } else { block_sums.chunks_exact(k / 32).collect() };
     let ptr = OutPtr(out.as_mut_ptr());
     let num_tasks = n.div_ceil(ROWS_PER_TASK);
+    let tile = tile_rows(w);
     (0..num_tasks).into_par_iter().for_each(|task| {
         // The closure must take the Send wrapper whole, not its raw pointer field.
         #[allow(clippy::redundant_locals)]
@@ -68,11 +79,15 @@ pub fn matmul(x: &[f32], num_rows: usize, w: &Weight, out: &mut [f32]) {
         let mut m = 0;
         // A tile of activations meets every weight row of the task while both sit in L1.
         while m < num_rows {
-            let take = (num_rows - m).min(TILE);
+            let take = (num_rows - m).min(tile);
             for j in j0..j1 {
                 let mut res = [0f32; TILE];
                 let at = if dense.is_some() { j - j0 } else { j };
                 match take {
+                    8 => row_dot::<8>(w, at, &rows[m..], &sums[m..], &mut res),
+                    7 => row_dot::<7>(w, at, &rows[m..], &sums[m..], &mut res),
+                    6 => row_dot::<6>(w, at, &rows[m..], &sums[m..], &mut res),
+                    5 => row_dot::<5>(w, at, &rows[m..], &sums[m..], &mut res),
                     4 => row_dot::<4>(w, at, &rows[m..], &sums[m..], &mut res),
                     3 => row_dot::<3>(w, at, &rows[m..], &sums[m..], &mut res),
                     2 => row_dot::<2>(w, at, &rows[m..], &sums[m..], &mut res),

@@ -242,6 +242,15 @@ pub fn q8_0_dot<const R: usize>(w: &[u8], t: &Tile<R>, out: &mut [f32; R]) {
     scalar::q8_0_dot(w, t, out)
 }
 
+/// Whether the 8- and 4-bit row dots take tiles of 8 rows (their AVX-512 forms); the AVX2 forms take 4.
+pub fn wide_tiles() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd512::has_avx512() {
+        return true;
+    }
+    false
+}
+
 /// Dot of each tile row with a row of Q4_0 (`with_min` false) or Q4_1 blocks.
 pub fn q4_dot<const R: usize>(w: &[u8], t: &Tile<R>, out: &mut [f32; R], with_min: bool) {
     #[cfg(target_arch = "x86_64")]
