@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One device-tool command for attention: its exactness tests, the attention bench against torch SDPA, the engine
 # alone at 64 and 256 lanes after 2,048 tokens with the wide decode kernel and without, the dense torch peer, the
-# server's cold 8K and 32K time to first token beside the peer's prefill, and ncu of an 8K prompt's attention and a
+# server's cold 8K and 32K time to first token beside the peer's prefill, the server at a 131,072-token context
+# (a longer prompt refused, a 65,536-token one answered), and ncu of an 8K prompt's attention and a
 # 256-lane decode round's; results in $OUT.
 #
 # Usage (after `bash tools/device_build.sh` here, binaries gzipped in .device/, ../shared/peers/torch_dense.py
 # copied to .device/, and .device carried): bash tools/gpu_attention.sh [SECONDS]
-# SKIP (e.g. "tests ncu") leaves parts out: tests, bench, engine, peer, ttft, ncu.
+# SKIP (e.g. "tests ncu") leaves parts out: tests, bench, engine, peer, ttft, long, ncu.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUDGET="${1:-560}"
@@ -70,6 +71,12 @@ if wants ttft; then
         cp "$OUT/ttft-$n/results.md" "$OUT/ttft-$n.md" 2>/dev/null
         grep -E "TTFT" "$OUT/ttft-$n.md" 2>/dev/null
     done
+fi
+if wants long && (( $(left) > 120 )); then
+    echo "== long context at $(elapsed) s"
+    timeout 240 python3 tools/long_context.py --binary .device/tensorfold --ckpt "$CKPT" --context 131072 \
+        --prompt 65536 --log "$OUT/long-server.txt" | tee "$OUT/long.txt"
+    grep -E "kv_tokens" "$OUT/long-server.txt" | tail -1 >> "$OUT/long.txt"
 fi
 if wants ncu && (( $(left) > 60 )); then
     echo "== ncu at $(elapsed) s"
