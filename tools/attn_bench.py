@@ -5,7 +5,8 @@
 Prompt attention: one causal prompt of each length, 32 query heads over 8 KV heads of 128, in TFLOP/s. Decode
 attention: every lane's one new row after each context length over a paged bf16 cache, in GB/s of keys and values
 read, beside the device's copy rate. Checks that the decode kernel's rows are the bits of the prompt kernel's.
---once runs each kernel once and times nothing (for ncu). Writes DIR/attn_bench.json and DIR/attn_bench.md.
+--once runs each kernel once and times nothing (for ncu); --wg adds the wgmma prompt kernel, checked bit for bit
+against the row kernel. Writes DIR/attn_bench.json and DIR/attn_bench.md.
 """
 
 import argparse
@@ -23,7 +24,11 @@ from gemm_cuda import Cuda  # noqa: E402
 NH, NKV, D, PAGE = 32, 8, 128, 16
 KV_DIM, WIDTH = NKV * D, (NH + 2 * NKV) * D
 SPLIT, GROUP_ROWS = 64, 16
-SOURCES = ["kernels/cuda/attention.cu", "kernels/cuda/attention_decode.cu"]
+# gemm_tma.cu for the wgmma and TMA helpers of attention_wg.cu (TMA_PART 3: none of its GEMM kernels).
+SOURCES = ["kernels/cuda/gemm_tma.cu", "kernels/cuda/attention.cu", "kernels/cuda/attention_decode.cu",
+           "kernels/cuda/attention_wg.cu"]
+# Shared memory of the wgmma prompt kernel (WG_SMEM in attention.rs).
+WG_SMEM = 2 * 8192 + 2 * 4 * 8192 + 1024
 # Shared memory of a prompt block and of a decode block (attention_smem and decode_smem in attention.rs).
 PROMPT_SMEM = 2 * 2 * SPLIT * (D + 8) * 2
 DECODE_WARPS, DECODE_SMEM = 4, 4 * 3 * 32 * (D + 8) * 2
@@ -82,21 +87,38 @@ def rows_of(lanes_positions, paged):
     return qkv, pos, off, torch.tensor(groups, dtype=torch.int32, device="cuda"), len(groups) // 2
 
 
-def prompt(cuda, n, once, results, lines):
+def prompt(cuda, n, once, results, lines, wg=False):
     paged = Paged(1, n, 11)
     qkv, pos, off, groups, ng = rows_of([(0, p) for p in range(n)], paged)
     out = torch.empty(n, NH * D, dtype=torch.bfloat16, device="cuda")
     args = launch_args(cuda, qkv, pos, groups, paged, off, out, ng, False)
     run = lambda: cuda.launch("attention_d128", (NKV, ng, 1), (128,), PROMPT_SMEM, args)  # noqa: E731
+    # The wgmma kernel: the cache as rows of KV_DIM (a page's 16 positions consecutive rows), boxes of 16 x 64.
+    wg_out = torch.empty_like(out)
+    maps = [cuda.tensor_map_2d(t.data_ptr(), t.shape[0], KV_DIM, 16, 64, 128) for t in (paged.k, paged.v)]
+    wg_args = [("map", maps[0]), ("map", maps[1]), ("ptr", qkv.data_ptr()), ("ptr", pos.data_ptr()),
+               ("ptr", groups.data_ptr()), ("ptr", paged.table.data_ptr()), ("ptr", off.data_ptr()),
+               ("ptr", wg_out.data_ptr()), ("i32", NH), ("i32", NKV), ("i32", PAGE), ("i32", 0), ("f32", D ** -0.5)]
+    run_wg = lambda: cuda.launch("attention_wg_d128", (NKV, ng, 1), (160,), WG_SMEM, wg_args)  # noqa: E731
     k, v = paged.contiguous(0, n)
     q = qkv[:, : NH * D].view(n, NH, D).transpose(0, 1).to(torch.bfloat16).unsqueeze(0).contiguous()
     k, v = k.unsqueeze(0), v.unsqueeze(0)
     if once:
         run()
+        if wg:
+            run_wg()
         torch.cuda.synchronize()
         return
     flops = 4 * D * NH * n * (n + 1) / 2
     run()
+    same, wg_us = None, None
+    if wg:
+        run_wg()
+        torch.cuda.synchronize()
+        same = torch.equal(out.view(torch.int16), wg_out.view(torch.int16))
+        wg_us = time_us(run_wg)
+        print(f"prompt {n}: wgmma kernel {wg_us / 1e3:.2f} ms, {flops / wg_us / 1e6:.0f} TFLOP/s, "
+              f"same bits as the row kernel: {same}", flush=True)
     want = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     err = (out.float() - want[0].transpose(0, 1).reshape(n, NH * D).float()).abs().max().item()
     print(f"prompt {n}: largest difference from SDPA {err:.4f}", flush=True)
@@ -116,10 +138,13 @@ def prompt(cuda, n, once, results, lines):
         if best is None or us < best[1]:
             best = (name, us)
     rec = {"kind": "prompt", "tokens": n, "ours_us": ours, "ours_tflops": flops / ours / 1e6, "max_err": err}
+    if wg:
+        rec.update(wg_us=wg_us, wg_tflops=flops / wg_us / 1e6, wg_same_bits=same)
     if best:
         rec.update(peer=best[0], peer_us=best[1], peer_tflops=flops / best[1] / 1e6, ratio=best[1] / ours)
     results.append(rec)
-    lines.append(f"| prompt {n} | {ours / 1e3:.2f} ms, {rec['ours_tflops']:.0f} TFLOP/s | "
+    wg_cell = f"{wg_us / 1e3:.2f} ms, {rec['wg_tflops']:.0f} TFLOP/s, {'same bits' if same else 'BITS DIFFER'}" if wg else "not run"
+    lines.append(f"| prompt {n} | {ours / 1e3:.2f} ms, {rec['ours_tflops']:.0f} TFLOP/s | {wg_cell} | "
                  + (f"{best[0]} {best[1] / 1e3:.2f} ms, {rec['peer_tflops']:.0f} TFLOP/s | {rec['ratio']:.2f} |" if best else "| |"))
 
 
@@ -177,9 +202,11 @@ def main():
     ap.add_argument("--lanes", default="64,256")
     ap.add_argument("--ctx", default="2048,8192")
     ap.add_argument("--once", action="store_true")
+    ap.add_argument("--wg", action="store_true", help="also the wgmma prompt kernel (attention_wg.cu)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    cuda = Cuda(SOURCES)
+    cuda = Cuda(SOURCES, options=("-DTMA_PART=3",))
+    cuda.set_smem("attention_wg_d128", WG_SMEM)
     cuda.set_smem("attention_d128", PROMPT_SMEM)
     cuda.set_smem("attention_decode_d128", DECODE_SMEM)
     cuda.set_smem("attention_spread_d128", DECODE_SMEM)
@@ -187,13 +214,13 @@ def main():
         print(name, "registers, local bytes:", cuda.registers(name), flush=True)
     copy_gbs = 0.0 if args.once else copy_bandwidth()
     results, lines, ok = [], [], True
-    lines += ["| prompt | ours | SDPA's best | peer / ours |", "|---|---:|---:|---:|"]
+    lines += ["| prompt | row kernel | wgmma kernel | SDPA's best | peer / row kernel |", "|---|---:|---:|---:|---:|"]
     for n in [int(x) for x in args.prompts.split(",") if x]:
-        prompt(cuda, n, args.once, results, lines)
+        prompt(cuda, n, args.once, results, lines, args.wg)
         print(lines[-1], flush=True)
     errs = [(r["tokens"], r["max_err"]) for r in results if r["kind"] == "prompt"]
     lines += [""] + [f"Prompt {n}: largest difference from SDPA's output {e:.4f}." for n, e in errs]
-    ok &= all(e < 0.05 for _, e in errs)
+    ok &= all(e < 0.05 for _, e in errs) and all(r.get("wg_same_bits", True) for r in results)
     lines += ["", f"Copy: {copy_gbs:.0f} GB/s (read plus written).", "",
               "| decode | prompt kernel | decode kernel | SDPA | decode / copy | same bits |", "|---|---:|---:|---:|---:|---|"]
     for lanes in [int(x) for x in args.lanes.split(",") if x]:

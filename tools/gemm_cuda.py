@@ -170,7 +170,7 @@ CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3
 class Cuda:
     """One NVRTC-compiled module in torch's context: look up, configure and launch its kernels."""
 
-    def __init__(self, extra_sources, arch="sm_90a"):
+    def __init__(self, extra_sources, arch="sm_90a", options=("-DGEMM_TMA_ALL",)):
         import torch
 
         seen = []
@@ -178,7 +178,7 @@ class Cuda:
             if s not in seen:
                 seen.append(s)
         self.sources = seen
-        self.ptx = compile_ptx(seen, arch, ("-DGEMM_TMA_ALL",))
+        self.ptx = compile_ptx(seen, arch, tuple(options))
         torch.cuda.init()
         torch.zeros(1, device="cuda")  # makes torch's primary context current on this thread
         self.torch = torch

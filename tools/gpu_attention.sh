@@ -28,6 +28,9 @@ if wants tests; then
         echo "-- $t" >> "$OUT/tests.txt"
         TF_CUDA_WIDE_DECODE=1 timeout 240 ".device/$t" --test-threads 1 2>&1 | grep -E "^test |test result|skipped|panicked|differs" >> "$OUT/tests.txt"
     done
+    # The attention tests again with prompt rounds on the wgmma kernel.
+    echo "-- attention-tests, TF_CUDA_WG_PROMPT=1" >> "$OUT/tests.txt"
+    TF_CUDA_WG_PROMPT=1 timeout 240 .device/attention-tests --test-threads 1 2>&1 | grep -E "^test |test result|skipped|panicked|differs" >> "$OUT/tests.txt"
     cat "$OUT/tests.txt"
 fi
 if wants bench; then
@@ -35,6 +38,11 @@ if wants bench; then
     timeout 200 python3 tools/attn_bench.py --out "$OUT/bench" > "$OUT/bench.log" 2>&1
     cp "$OUT/bench/attn_bench.md" "$OUT/attn_bench.md" 2>/dev/null
     cat "$OUT/bench.log" | tail -20
+    # The wgmma prompt kernel apart, so a fault there costs only this run.
+    echo "== wgmma prompt bench at $(elapsed) s"
+    timeout 120 python3 tools/attn_bench.py --wg --lanes "" --out "$OUT/bench-wg" > "$OUT/bench-wg.log" 2>&1
+    cp "$OUT/bench-wg/attn_bench.md" "$OUT/attn_bench_wg.md" 2>/dev/null
+    grep -E "wgmma|prompt|Error|error" "$OUT/bench-wg.log" | grep -v Warning | tail -8
 fi
 if (wants engine || wants ttft) && [[ ! -f "$CKPT/config.json" ]]; then
     echo "== checkpoint at $(elapsed) s"

@@ -134,7 +134,9 @@ impl Drop for Bench {
 }
 
 fn open() -> Option<std::sync::Arc<Gpu>> {
-    match Gpu::open(0, None, KernelOptions { wide_decode: true, ..KernelOptions::default() }) {
+    // TF_CUDA_WG_PROMPT=1 puts the prompt rounds on the wgmma kernel, whose rows must equal the others' too.
+    let wg_prompt = std::env::var("TF_CUDA_WG_PROMPT").is_ok_and(|v| v == "1");
+    match Gpu::open(0, None, KernelOptions { wide_decode: true, wg_prompt, ..KernelOptions::default() }) {
         Ok(g) => Some(g),
         Err(e) => {
             eprintln!("skipped: {e}");

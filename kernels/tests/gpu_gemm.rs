@@ -47,8 +47,14 @@ fn values(rng: &mut Rng, n: usize) -> Vec<half::bf16> {
 }
 
 /// The kernels before the TMA family: packed weights, `gemm_segments`.
-const OLDER: KernelOptions =
-    KernelOptions { overlap: true, wgmma: false, gemm: GemmTuning::DEFAULT, family: false, wide_decode: true };
+const OLDER: KernelOptions = KernelOptions {
+    overlap: true,
+    wgmma: false,
+    gemm: GemmTuning::DEFAULT,
+    family: false,
+    wide_decode: true,
+    wg_prompt: false,
+};
 
 #[test]
 fn test_every_gemm_kernel_gives_a_row_the_bits_the_one_row_kernel_gives_it() {

@@ -223,6 +223,12 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::CudaWideDecode, None, Some("TF_CUDA_WIDE_DECODE"), Kind::Switch, Scope::Env)
     },
     Setting {
+        default: Some("0"),
+        help: "prompt rounds attend on wgmma with TMA (sm_90a, head size 128), with the same bits (untried)",
+        only: Only::Cuda,
+        ..row(Key::CudaWgPrompt, None, Some("TF_CUDA_WG_PROMPT"), Kind::Switch, Scope::Env)
+    },
+    Setting {
         default: Some("1"),
         help: "kernels of narrow rounds start while the previous one ends (Hopper and later)",
         only: Only::Cuda,

@@ -111,9 +111,46 @@ impl Gpu {
             let kernel = &decode[at + if chunks > 1 { HEAD_DIMS.len() } else { 0 }];
             return self.launch(kernel, (blocks, 1, 1), block, decode_smem(a.head_dim), &args);
         }
+        if let (Some(wg), true) = (&self.f.attention_wg, rope.is_none() && self.wg_fits(a)) {
+            let kv_dim = a.num_kv_heads * a.head_dim;
+            // The cache as rows of kv_dim: a page's positions of a layer are consecutive rows.
+            let kmap = self.tensor_map(a.kcache, WG_CACHE_ROWS, kv_dim, 16)?;
+            let vmap = self.tensor_map(a.vcache, WG_CACHE_ROWS, kv_dim, 16)?;
+            let args = [
+                Arg::Map(kmap),
+                Arg::Map(vmap),
+                Arg::Ptr(a.qkv),
+                Arg::Ptr(a.pos),
+                Arg::Ptr(a.groups),
+                Arg::Ptr(a.page_table),
+                Arg::Ptr(a.table_off),
+                Arg::Ptr(a.out),
+                Arg::Int(a.num_heads as i32),
+                Arg::Int(a.num_kv_heads as i32),
+                Arg::Int((a.page_stride / kv_dim as u64) as i32),
+                Arg::Int((a.layer_off / kv_dim as u64) as i32),
+                Arg::Float(a.scale),
+            ];
+            return self.launch(wg, (a.num_kv_heads, a.num_groups, 1), 160, WG_SMEM, &args);
+        }
         let z = if a.partial == 0 { 1 } else { a.splits.clamp(1, a.nsplit.max(1)) };
         let block = 32 * ATTENTION_WARPS as u32;
         self.launch(&self.f.attention[at], (a.num_kv_heads, a.num_groups, z), block, attention_smem(a.head_dim), &args)
+    }
+
+    /// Whether the wgmma prompt kernel takes the round: one block folding each group, head size 128, pages of 16
+    /// positions, a KV group of 1 to 8 heads dividing 64 rows, the cache's pages and layers whole rows of kv_dim.
+    fn wg_fits(&self, a: &AttentionArgs) -> bool {
+        let kv_dim = (a.num_kv_heads * a.head_dim) as u64;
+        let group = a.num_heads / a.num_kv_heads.max(1);
+        a.partial == 0
+            && a.head_dim == 128
+            && a.page_tokens == 16
+            && (1..=8).contains(&group)
+            && 64usize.is_multiple_of(group)
+            && a.page_stride.is_multiple_of(kv_dim)
+            && a.layer_off.is_multiple_of(kv_dim)
+            && a.page_stride / kv_dim < 1 << 20
     }
 
     /// Warps per (row, KV head) of a wide decode round: one where the pairs fill half the GPU's warps or more,
@@ -132,6 +169,13 @@ impl Gpu {
         }
     }
 }
+
+/// Dynamic shared memory of the wgmma prompt kernel: q's two swizzled half heads, two stages of keys and values,
+/// and room to align them to 1,024 bytes (WG_STAGES and WG_HALF in attention_wg.cu).
+pub(super) const WG_SMEM: u32 = 2 * 8192 + 2 * 4 * 8192 + 1024;
+
+/// Rows of kv_dim the cache maps describe: a bound, never reached, as only the pool's pages are asked for.
+const WG_CACHE_ROWS: usize = 1 << 31;
 
 /// Warps of the wide decode kernel an SM holds (two blocks).
 const DECODE_WARPS_PER_SM: usize = 2 * DECODE_WARPS;

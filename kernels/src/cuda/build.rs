@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use super::GpuError;
 
 /// The kernel sources, one file per family of operations.
-pub const SOURCES: [(&str, &str); 12] = [
+pub const SOURCES: [(&str, &str); 13] = [
     ("prelude.cu", include_str!("../../cuda/prelude.cu")),
     ("norm.cu", include_str!("../../cuda/norm.cu")),
     ("gemm.cu", include_str!("../../cuda/gemm.cu")),
@@ -21,6 +21,7 @@ pub const SOURCES: [(&str, &str); 12] = [
     ("gemm_stream.cu", include_str!("../../cuda/gemm_stream.cu")),
     ("attention.cu", include_str!("../../cuda/attention.cu")),
     ("attention_decode.cu", include_str!("../../cuda/attention_decode.cu")),
+    ("attention_wg.cu", include_str!("../../cuda/attention_wg.cu")),
     ("sampling.cu", include_str!("../../cuda/sampling.cu")),
     ("pack.cu", include_str!("../../cuda/pack.cu")),
     ("conv.cu", include_str!("../../cuda/conv.cu")),
@@ -31,7 +32,7 @@ const BASE: [&str; 3] = ["prelude.cu", "norm.cu", "gemm.cu"];
 
 /// The programs compiled side by side: (a define, or "" for none; files after BASE, or after the prelude alone when
 /// the first is `-`). Together they hold every kernel; a kernel in two programs is taken from the first.
-const PARTS: [(&str, &[&str]); 8] = [
+const PARTS: [(&str, &[&str]); 9] = [
     ("", &["attention.cu", "attention_decode.cu"]),
     ("", &["gemm_tiled.cu"]),
     ("", &["gemm_wgmma.cu"]),
@@ -40,6 +41,7 @@ const PARTS: [(&str, &[&str]); 8] = [
     ("TMA_PART 0", &["-", "gemm_tma.cu"]),
     ("TMA_PART 1", &["-", "gemm_tma.cu"]),
     ("TMA_PART 2", &["-", "gemm_tma.cu"]),
+    ("TMA_PART 3", &["gemm_tma.cu", "attention.cu", "attention_wg.cu"]),
 ];
 
 fn file(name: &str) -> &'static str {

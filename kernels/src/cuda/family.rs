@@ -197,7 +197,13 @@ impl Gpu {
     }
 
     /// The 128-byte-swizzled map of a row-major bf16 `rows x cols` matrix at `ptr`, boxes of `box_rows` x 64.
-    fn tensor_map(&self, ptr: DevPtr, rows: usize, cols: usize, box_rows: usize) -> Result<[u64; 16], GpuError> {
+    pub(super) fn tensor_map(
+        &self,
+        ptr: DevPtr,
+        rows: usize,
+        cols: usize,
+        box_rows: usize,
+    ) -> Result<[u64; 16], GpuError> {
         let key = (ptr, rows, cols, box_rows);
         let mut maps = self.maps.lock().expect("the tensor map cache");
         if let Some(found) = maps.get(&key) {

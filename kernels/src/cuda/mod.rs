@@ -91,6 +91,8 @@ struct Functions {
     /// `attention_decode_d{D}` for each of `HEAD_DIMS`, then `attention_spread_d{D}` (rows spread over warps),
     /// where `KernelOptions::wide_decode` asks for them.
     attention_decode: Option<[CudaFunction; 8]>,
+    /// `attention_wg_d128`, prompt attention on wgmma, where `KernelOptions::wg_prompt` asks for it on sm_90a.
+    attention_wg: Option<CudaFunction>,
     argmax_rows: CudaFunction,
     keep_count: CudaFunction,
     keep_write: CudaFunction,
@@ -149,11 +151,21 @@ pub struct KernelOptions {
     /// Rounds of one row per lane attend one warp (or a few) per (row, KV head) (attention_decode.cu) on sm_90 and
     /// later, with the same bits as the row kernel.
     pub wide_decode: bool,
+    /// Prompt rounds of head size 128 over pages of 16 positions attend on wgmma with TMA (attention_wg.cu) on an
+    /// sm_90a GPU, with the same bits; off until its GPU tests have passed on a GPU.
+    pub wg_prompt: bool,
 }
 
 impl Default for KernelOptions {
     fn default() -> Self {
-        KernelOptions { overlap: true, wgmma: false, gemm: GemmTuning::default(), family: true, wide_decode: true }
+        KernelOptions {
+            overlap: true,
+            wgmma: false,
+            gemm: GemmTuning::default(),
+            family: true,
+            wide_decode: true,
+            wg_prompt: false,
+        }
     }
 }
 
@@ -235,6 +247,10 @@ impl Gpu {
                 ]),
                 false => None,
             },
+            attention_wg: match options.wg_prompt && arch == "sm_90a" {
+                true => Some(load("attention_wg_d128")?),
+                false => None,
+            },
             argmax_rows: load("argmax_rows")?,
             keep_count: load("keep_count")?,
             keep_write: load("keep_write")?,
@@ -253,6 +269,9 @@ impl Gpu {
         }
         for (func, d) in f.attention_decode.iter().flatten().zip(HEAD_DIMS.iter().chain(&HEAD_DIMS)) {
             func.set_attribute(attr, attention::decode_smem(*d) as i32)?;
+        }
+        if let Some(func) = &f.attention_wg {
+            func.set_attribute(attr, attention::WG_SMEM as i32)?;
         }
         // Graph capture needs a stream of our own, not the legacy default one.
         let stream = ctx.new_stream()?;
