@@ -93,6 +93,55 @@ __device__ __forceinline__ float fold(float run, float fa, float part, float fb)
     return __fadd_rn(__fmul_rn(run, fa), __fmul_rn(part, fb));
 }
 
+// One split's softmax for this lane's two mma rows (sc in mma.sync's accumulator layout, keys s0 + 8 nt + 2 q + e):
+// mask past each row's position, scale, the split's max and exp and sum in lane order, P rounded to bf16 as the
+// A fragments of P V, and the factors that fold the split into the running state. Every kernel of rows calls it,
+// so a row's bits are the same in each.
+__device__ __forceinline__ void split_softmax(float (&sc)[8][4], const int (&prow)[2], u32 s0, int q, float scale,
+                                              const float (&big_m)[2], bool (&active)[2], float (&mt)[2],
+                                              float (&lt)[2], u32 (&pa)[4][4], float (&fa)[2], float (&fb)[2],
+                                              float (&top)[2]) {
+    const float inf = __int_as_float(0x7f800000);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        mt[hr] = -inf, lt[hr] = 0.0f;
+        active[hr] = prow[hr] >= (int)s0;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                float& v = sc[nt][2 * hr + e];
+                v = (int)(s0 + nt * 8 + 2 * q + e) <= prow[hr] ? v * scale : -inf;
+                mt[hr] = fmaxf(mt[hr], v);
+            }
+        mt[hr] = fmaxf(mt[hr], __shfl_xor_sync(0xffffffffu, mt[hr], 1));
+        mt[hr] = fmaxf(mt[hr], __shfl_xor_sync(0xffffffffu, mt[hr], 2));
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                float& v = sc[nt][2 * hr + e];
+                v = active[hr] ? att_exp(v - mt[hr]) : 0.0f;
+                lt[hr] += v;
+            }
+        lt[hr] += __shfl_xor_sync(0xffffffffu, lt[hr], 1);
+        lt[hr] += __shfl_xor_sync(0xffffffffu, lt[hr], 2);
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+        pa[kk][0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
+        pa[kk][1] = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
+        pa[kk][2] = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+        pa[kk][3] = pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        top[hr] = fmaxf(big_m[hr], mt[hr]);
+        fa[hr] = att_exp(big_m[hr] - top[hr]);
+        fb[hr] = att_exp(mt[hr] - top[hr]);
+    }
+}
+
 // Where a block's keys and values sit, and which rows it owns.
 struct KvSpan {
     const bf16* kcache;
@@ -271,47 +320,10 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
             }
         }
         if (busy) {
-            float mt[2] = {-inf, -inf}, lt[2] = {0.0f, 0.0f};
+            float mt[2], lt[2], fa[2], fb[2], top[2];
             bool active[2];
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                active[hr] = prow[hr] >= (int)s0;
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        float& v = sc[nt][2 * hr + e];
-                        v = (int)(s0 + nt * 8 + 2 * q + e) <= prow[hr] ? v * scale : -inf;
-                        mt[hr] = fmaxf(mt[hr], v);
-                    }
-                mt[hr] = fmaxf(mt[hr], __shfl_xor_sync(0xffffffffu, mt[hr], 1));
-                mt[hr] = fmaxf(mt[hr], __shfl_xor_sync(0xffffffffu, mt[hr], 2));
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        float& v = sc[nt][2 * hr + e];
-                        v = active[hr] ? att_exp(v - mt[hr]) : 0.0f;
-                        lt[hr] += v;
-                    }
-                lt[hr] += __shfl_xor_sync(0xffffffffu, lt[hr], 1);
-                lt[hr] += __shfl_xor_sync(0xffffffffu, lt[hr], 2);
-            }
             u32 pa[4][4];
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-                pa[kk][0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
-                pa[kk][1] = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
-                pa[kk][2] = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-                pa[kk][3] = pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-            }
-            float fa[2], fb[2], top[2];
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                top[hr] = fmaxf(big_m[hr], mt[hr]);
-                fa[hr] = att_exp(big_m[hr] - top[hr]);
-                fb[hr] = att_exp(mt[hr] - top[hr]);
-            }
+            split_softmax(sc, prow, s0, q, scale, big_m, active, mt, lt, pa, fa, fb, top);
             const bf16* vrow = vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * ST + (lane >> 4) * 8;
 #pragma unroll
             for (int jp = 0; jp < NT / 2; ++jp) {

@@ -131,47 +131,10 @@ extern "C" __global__ void __launch_bounds__(160, 2) attention_wg_d128(
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) sc[nt][e] = acc[4 * nt + e];
-        float mt[2] = {-inf, -inf}, lt[2] = {0.0f, 0.0f};
+        float mt[2], lt[2], fa[2], fb[2], top[2];
         bool active[2];
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-            active[hr] = prow[hr] >= (int)s0;
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    float& v = sc[nt][2 * hr + e];
-                    v = (int)(s0 + nt * 8 + 2 * q + e) <= prow[hr] ? v * scale : -inf;
-                    mt[hr] = fmaxf(mt[hr], v);
-                }
-            mt[hr] = fmaxf(mt[hr], __shfl_xor_sync(0xffffffffu, mt[hr], 1));
-            mt[hr] = fmaxf(mt[hr], __shfl_xor_sync(0xffffffffu, mt[hr], 2));
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    float& v = sc[nt][2 * hr + e];
-                    v = active[hr] ? att_exp(v - mt[hr]) : 0.0f;
-                    lt[hr] += v;
-                }
-            lt[hr] += __shfl_xor_sync(0xffffffffu, lt[hr], 1);
-            lt[hr] += __shfl_xor_sync(0xffffffffu, lt[hr], 2);
-        }
         u32 pa[4][4];
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            pa[kk][0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
-            pa[kk][1] = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
-            pa[kk][2] = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-            pa[kk][3] = pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-        }
-        float fa[2], fb[2], top[2];
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-            top[hr] = fmaxf(big_m[hr], mt[hr]);
-            fa[hr] = att_exp(big_m[hr] - top[hr]);
-            fb[hr] = att_exp(mt[hr] - top[hr]);
-        }
+        split_softmax(sc, prow, s0, q, scale, big_m, active, mt, lt, pa, fa, fb, top);
         // P V: the values' rows through ldmatrix (transposed), swizzled addresses, keys in k16 steps in order.
         const int vkey = (lane & 7) + ((lane >> 3) & 1) * 8, vdim = (lane >> 4) * 8;
 #pragma unroll

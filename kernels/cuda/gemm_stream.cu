@@ -18,34 +18,6 @@ struct alignas(64) GsMap {
 #define GS_THREADS (32 * (GS_WARPS + 1))
 // Tiles a warp holds at once: their accumulator chains interleave, so the mma latency hides behind the other chains.
 #define GS_TPW 4
-// A wait longer than this (ns) traps, so a broken pipeline fails the launch instead of hanging the bench.
-#ifndef GS_WATCHDOG_NS
-#define GS_WATCHDOG_NS 2000000000ull
-#endif
-
-__device__ __forceinline__ u32 gs_shared(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ bool gs_try(u32 bar, u32 parity) {
-    u32 ok;
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(ok)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    return ok != 0;
-}
-
-// The timer is read only once the first try fails, so a ready stage costs one instruction.
-__device__ __forceinline__ void gs_wait(u32 bar, u32 parity) {
-    if (gs_try(bar, parity)) return;
-    u64 t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t0));
-    while (!gs_try(bar, parity)) {
-        asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-        if (GS_WATCHDOG_NS && t - t0 > GS_WATCHDOG_NS) asm volatile("trap;\n");
-    }
-}
-
 __device__ __forceinline__ void gs_load(u32 dst, const GsMap* map, u32 bar, int col, int row) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
@@ -209,7 +181,7 @@ __device__ __forceinline__ void gemm_stream(const GsMap& map_a, const GsMap& map
     extern __shared__ __align__(1024) unsigned char gs_smem_raw[];
     const GsPlan P = gs_plan<MT>(n, k, kc, pt, segs);
     // The swizzle pattern follows address bits, so stages start 1024-aligned (the host adds 1024 bytes of room).
-    const u32 base = (gs_shared(gs_smem_raw) + 1023) & ~1023u;
+    const u32 base = (tma_shared(gs_smem_raw) + 1023) & ~1023u;
     const u32 full = base + slots * P.stage_bytes, empty = full + 8 * slots;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int total = P.passes * P.kst;
@@ -233,7 +205,7 @@ __device__ __forceinline__ void gemm_stream(const GsMap& map_a, const GsMap& map
         for (int s = 0; s < pre; ++s) gs_issue_a(P, &map_a, base, full, s, slots);
         for (int s = pre; s < total; ++s) {
             // Reuse a slot only once every consumer warp has released its previous stage.
-            gs_wait(empty + 8 * (s % slots), ((s / slots) + 1) & 1);
+            mbar_wait(empty + 8 * (s % slots), ((s / slots) + 1) & 1);
             gs_issue_w(P, &map_w, base, full, s, slots);
             gs_issue_a(P, &map_a, base, full, s, slots);
         }
@@ -256,7 +228,7 @@ __device__ __forceinline__ void gemm_stream(const GsMap& map_a, const GsMap& map
         for (int js = 0; js < P.kst; ++js, ++s) {
             const int slot = s % slots, halves = 2 * min(P.kc, P.kbs - js * P.kc);
             // Idle warps wait too: each warp's releases stay in stage order, one per barrier phase.
-            gs_wait(full + 8 * slot, (s / slots) & 1);
+            mbar_wait(full + 8 * slot, (s / slots) & 1);
             const u32 stage = base + slot * P.stage_bytes;
             if (warp < g && DB) {
                 GsFrags<MT> fa, fb;
