@@ -72,8 +72,11 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
     const int group = nh / nkv, width = (nh + 2 * nkv) * D;
     const u32 row = groups[2 * y], last_p = pos[row], nsp = last_p / ATT_SPLIT + 1, end = last_p + 1;
     // With chunks > 1 the row's splits are cut into that many runs of equal length (the last shorter), one warp
-    // each, and every split's state is stored; the last warp of the row to finish folds them in split order.
-    const u32 per = (nsp + chunks - 1) / chunks, s_lo = part_of * per, s_hi = min(nsp, s_lo + per);
+    // each, and every split's state is stored; the last warp of the row to finish folds them in split order. A row
+    // with more splits than `partial` has room for is taken whole by its first warp, folding as it goes.
+    const bool spread = SPREAD && nsp <= (u32)nsplit;
+    const u32 runs = spread ? (u32)chunks : 1u;
+    const u32 per = (nsp + runs - 1) / runs, s_lo = part_of * per, s_hi = min(nsp, s_lo + per);
     const u32 parts = (nsp + per - 1) / per;
     if (s_lo >= nsp) return;
     KvSpan kv = {kcache, vcache, page_table + table_off[row], page_tokens, nkv * D, page_stride,
@@ -247,7 +250,7 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
                 }
             refill(n0 + 2 + half);
         }
-        if (SPREAD) {
+        if (spread) {
             // The split's state, stored as attention_rows stores it.
             if (prow >= 0) {
                 float* st = partial + (((u64)row * nh + (u64)kvh * group + g) * nsplit + s) * (D + 2);
@@ -268,7 +271,7 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
             big_m = top;
         }
     }
-    if (SPREAD) {
+    if (spread) {
         // The row's last warp to finish folds every split's state in split order: attention_rows' split fold.
         __threadfence();
         __syncwarp();

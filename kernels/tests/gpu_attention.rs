@@ -52,8 +52,16 @@ impl Bench {
 
     /// Each row's attention output (NH * D bf16 bits); q of a row comes from its lane and position alone.
     /// `split`: room for split states and parallel blocks; `decode`: one-row groups may take the decode kernel;
-    /// `states`: room for the decode kernel's split states, so a narrow round spreads each row over a few warps.
-    fn attend(&mut self, tables: &[Vec<u32>], round: &Round, split: bool, decode: bool, states: bool) -> Vec<Vec<u16>> {
+    /// `states`: room for the decode kernel's split states, that many splits a row and head at most, so a narrow
+    /// round spreads each row over a few warps (a row with more splits keeps one warp).
+    fn attend(
+        &mut self,
+        tables: &[Vec<u32>],
+        round: &Round,
+        split: bool,
+        decode: bool,
+        states: Option<usize>,
+    ) -> Vec<Vec<u16>> {
         let t = round.rows.len();
         let mut qkv = Vec::with_capacity(t * WIDTH);
         let (mut pos, mut table_off, mut flat) = (vec![], vec![], vec![]);
@@ -82,7 +90,7 @@ impl Bench {
         }
         let num_groups = groups.len() / 2;
         let longest = round.rows.iter().map(|r| r.1 as usize + 1).max().unwrap_or(1);
-        let nsplit = longest.div_ceil(64);
+        let nsplit = longest.div_ceil(64).min(states.unwrap_or(usize::MAX));
         let out = self.buffer(&vec![0u16; t * NH * D]);
         let args = AttentionArgs {
             qkv: self.buffer(&qkv),
@@ -106,11 +114,11 @@ impl Bench {
             nsplit,
             splits: 32,
             one_row_groups: decode && num_groups == t,
-            states: if states { self.buffer(&vec![0f32; t * NH * nsplit * (D + 2)]) } else { 0 },
+            states: if states.is_some() { self.buffer(&vec![0f32; t * NH * nsplit * (D + 2)]) } else { 0 },
             states_bytes: t * NH * nsplit * (D + 2) * 4,
             ticket_rows: t,
         };
-        if states {
+        if states.is_some() {
             assert!(self.g.decode_chunks(&args) > 1, "a round of {t} rows spreads its rows over several warps");
         }
         self.g.paged_attention(&args, None).unwrap();
@@ -158,11 +166,11 @@ fn test_a_32k_prompt_whole_equals_it_in_chunks_and_decoded() {
     let lanes = tables(1, n, n / PAGE);
     let group_rows = attention_group_rows(NH / NKV);
     let chunk = |from: usize, to: usize| Round { rows: (from..to).map(|p| (0, p as u32)).collect(), group_rows };
-    let whole = bench.attend(&lanes, &chunk(0, n), false, false, false);
+    let whole = bench.attend(&lanes, &chunk(0, n), false, false, None);
     for size in [7, 512, 8192] {
         let mut rows = vec![];
         for from in (0..n).step_by(size) {
-            rows.extend(bench.attend(&lanes, &chunk(from, (from + size).min(n)), false, false, false));
+            rows.extend(bench.attend(&lanes, &chunk(from, (from + size).min(n)), false, false, None));
         }
         let first = (0..n).find(|&p| rows[p] != whole[p]);
         assert_eq!(first, None, "chunks of {size}: the first row that differs from the whole prompt");
@@ -170,7 +178,7 @@ fn test_a_32k_prompt_whole_equals_it_in_chunks_and_decoded() {
     // Decoded one row at a time, alone (split blocks) and folded in one block, at split and page edges.
     for p in [0, 1, 15, 16, 63, 64, 65, 127, 1000, 4095, 4096, 20_000, 32_767] {
         for split in [true, false] {
-            let row = bench.attend(&lanes, &chunk(p, p + 1), split, true, false);
+            let row = bench.attend(&lanes, &chunk(p, p + 1), split, true, None);
             assert!(row[0] == whole[p], "position {p} decoded alone (split {split}) differs from the whole prompt");
         }
     }
@@ -184,21 +192,27 @@ fn test_a_lane_at_2k_alone_equals_itself_among_255_others() {
     let lanes = tables(256, 4096, pages);
     let group_rows = attention_group_rows(NH / NKV);
     let alone = Round { rows: vec![(0, 2047)], group_rows };
-    let solo = bench.attend(&lanes, &alone, true, true, false);
+    let solo = bench.attend(&lanes, &alone, true, true, None);
     // The others at contexts of 1 to 4,096 positions, the tested lane among them.
     let mut rows: Vec<(usize, u32)> = (1..256).map(|l| (l, ((l * 2654) % 4096) as u32)).collect();
     rows.insert(97, (0, 2047));
     let wide = Round { rows, group_rows };
     for decode in [true, false] {
-        let got = bench.attend(&lanes, &wide, false, decode, false);
+        let got = bench.attend(&lanes, &wide, false, decode, None);
         assert!(got[97] == solo[0], "the lane among 255 others (decode kernel {decode}) differs from it alone");
-        let again = bench.attend(&lanes, &Round { rows: vec![wide.rows[5]], group_rows }, true, true, false);
+        let again = bench.attend(&lanes, &Round { rows: vec![wide.rows[5]], group_rows }, true, true, None);
         assert!(got[5] == again[0], "another lane (decode kernel {decode}) differs from it alone");
     }
-    // Among 63 others the decode kernel spreads each row over a few warps and folds their stored states.
+    // Among 63 others the decode kernel spreads each row over a few warps and folds their stored states; with room
+    // for 8 splits a row, rows past 512 positions (the tested lane among them) keep one warp.
     let narrow = Round { rows: wide.rows[60..124].to_vec(), group_rows };
-    let got = bench.attend(&lanes, &narrow, false, true, true);
-    assert!(got[37] == solo[0], "the lane among 63 others (rows spread over warps) differs from it alone");
-    let again = bench.attend(&lanes, &Round { rows: vec![narrow.rows[3]], group_rows }, true, true, false);
-    assert!(got[3] == again[0], "another lane among 63 (rows spread over warps) differs from it alone");
+    let again = bench.attend(&lanes, &Round { rows: vec![narrow.rows[3]], group_rows }, true, true, None);
+    for room in [usize::MAX, 8] {
+        let got = bench.attend(&lanes, &narrow, false, true, Some(room));
+        assert!(got[37] == solo[0], "the lane among 63 others (rows spread, room {room}) differs from it alone");
+        assert!(got[3] == again[0], "another lane among 63 (rows spread, room {room}) differs from it alone");
+        let short = narrow.rows.iter().position(|r| r.1 < 512).expect("a row of under 512 positions");
+        let one = bench.attend(&lanes, &Round { rows: vec![narrow.rows[short]], group_rows }, true, true, None);
+        assert!(got[short] == one[0], "a row of under 8 splits among 63 (room {room}) differs from it alone");
+    }
 }
