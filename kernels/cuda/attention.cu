@@ -74,11 +74,16 @@ extern "C" __global__ void __launch_bounds__(32 * ROPE_HEADS) qkv_rope_store(
 
 __device__ __forceinline__ u32 pack_bf16(float lo, float hi) { return (u32)f2bf(lo) | ((u32)f2bf(hi) << 16); }
 
-// Four 8x8 bf16 matrices from shared memory, transposed: the B fragments of two 8-column tiles of a k16 step.
-__device__ __forceinline__ void load_trans_x4(const bf16* p, u32& r0, u32& r1, u32& r2, u32& r3) {
-    const u32 at = (u32)__cvta_generic_to_shared(p);
+// Four 8x8 bf16 matrices from shared memory address `at`, transposed: the B fragments of two 8-column tiles of a
+// k16 step.
+__device__ __forceinline__ void load_trans_x4_at(u32 at, u32& r0, u32& r1, u32& r2, u32& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(at));
+}
+
+// load_trans_x4_at from a generic pointer into shared memory.
+__device__ __forceinline__ void load_trans_x4(const bf16* p, u32& r0, u32& r1, u32& r2, u32& r3) {
+    load_trans_x4_at((u32)__cvta_generic_to_shared(p), r0, r1, r2, r3);
 }
 
 // e^x in every attention kernel: one ex2 of x scaled by log2(e), the same bits wherever a row is computed.

@@ -143,11 +143,8 @@ extern "C" __global__ void __launch_bounds__(160, 2) attention_wg_d128(
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
                 const int key = kk * 16 + vkey, dim = jp * 16 + vdim;
-                const u32 at = vs + (dim >> 6) * WG_HALF + swz(key, dim);
                 u32 r0, r1, r2, r3;
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                             : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                             : "r"(at));
+                load_trans_x4_at(vs + (dim >> 6) * WG_HALF + swz(key, dim), r0, r1, r2, r3);
                 mma_bf16(tt[0], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], r0, r1);
                 mma_bf16(tt[1], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], r2, r3);
             }

@@ -100,12 +100,13 @@ impl Gpu {
         let at = HEAD_DIMS.iter().position(|&d| d == a.head_dim).expect("a head size the attention kernels take");
         if let (0, true, Some(decode)) = (a.partial, a.one_row_groups, &self.f.attention_decode) {
             let chunks = self.decode_chunks(a);
-            // The row kernel's arguments less the split ones, the group count after out, then the chunking.
+            // The row kernel's arguments with the group count for partial and the split ones moved to the end.
             let mut args = Vec::from(args);
-            let split = [args.remove(16), args.remove(9), args.remove(8)];
-            args.insert(8, Arg::Int(a.num_groups as i32));
+            let nsplit = args.remove(16);
+            args.remove(9);
+            args[8] = Arg::Int(a.num_groups as i32);
             let (states, tickets) = if chunks > 1 { (a.states, a.tickets) } else { (0, 0) };
-            args.extend([Arg::Ptr(states), Arg::Ptr(tickets), split[0], Arg::Int(chunks as i32)]);
+            args.extend([Arg::Ptr(states), Arg::Ptr(tickets), nsplit, Arg::Int(chunks as i32)]);
             let blocks = (a.num_groups * a.num_kv_heads * chunks).div_ceil(DECODE_WARPS);
             let block = 32 * DECODE_WARPS as u32;
             let kernel = &decode[at + if chunks > 1 { HEAD_DIMS.len() } else { 0 }];

@@ -174,7 +174,7 @@ impl LlamaSteps for GpuPass<'_> {
             nsplit: s.nsplit,
             splits: SPLIT_BLOCKS,
             one_row_groups: self.groups == t,
-            states: if t <= WIDE_SPLIT_ROWS { s.partial } else { 0 },
+            states: s.partial,
             states_bytes: s.partial_bytes,
             ticket_rows: WIDE_SPLIT_ROWS,
         };
