@@ -1,6 +1,7 @@
 //! Both ends as a user runs them: `tensorfold lend` in one process, `tensorfold serve` with the carveout in
 //! another; the server's KV pool grows by the lent pages, it answers, and the daemon's pool is whole again after
-//! the server is killed; and `tensorfold lend --device cuda` refused on a machine without a CUDA driver.
+//! the server is killed; a hybrid model keeps its recurrent state in its own memory beside lent KV pages; and
+//! `tensorfold lend --device cuda` refused on a machine without a CUDA driver.
 
 mod common;
 
@@ -9,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
+use common::golden::served_golden;
 use common::server::{binary, Server};
 use serde_json::json;
 
@@ -99,6 +101,36 @@ fn test_a_server_claims_kv_room_from_tensorfold_lend_and_the_pool_is_whole_after
     drop(server);
     let back = lender.wait_for(&["took back", "free_slices=4"]);
     assert!(back.is_ok(), "the daemon did not take its slices back: {:?}", back.err());
+}
+
+#[test]
+fn test_a_hybrid_model_lends_only_its_attention_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("lend.sock");
+    let lender = Lender::start(&socket);
+    lender.wait_for(&["lending", "4 slices"]).expect("the daemon says what it lends");
+    let model = served_golden("tiny-qwen3-next");
+    let socket = socket.to_string_lossy().into_owned();
+    let env = [
+        ("TF_CARVEOUT", "1"),
+        ("TF_CARVEOUT_MIB", "3"),
+        ("TF_CARVEOUT_KEY", "sesame"),
+        ("TF_CARVEOUT_SOCKET", socket.as_str()),
+        ("TF_LOG", "info"),
+    ];
+    let mut server = Server::spawn(model.path(), &["--no-voice", "--kv-pages", "32", "--parallel", "2"], &env);
+    server.wait_ready();
+    lender.wait_for(&["lent", "bytes=4194304"]).expect("the daemon lent two slices");
+    let log = plain(&server.stderr());
+    // Three linear layers, each 16 rows of 136 floats and a state of 4 heads of 16 x 16, in f32.
+    let own = "own_state_bytes_per_page=38400";
+    assert!(log.contains("recurrent state in own memory") && log.contains(own), "{log}");
+    let body = json!({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0});
+    let reply = server.post_json("/v1/chat/completions", &body);
+    assert_eq!(reply.status, 200, "{}", server.stderr());
+    let metrics = server.metrics();
+    assert_eq!(metrics.get("tensorfold_ledger_bytes{kind=\"lent\"}"), Some(&(4.0 * MIB)), "{metrics:?}");
+    assert!(metrics["tensorfold_kv_pages_total"] > 32.0, "{metrics:?}");
 }
 
 #[test]

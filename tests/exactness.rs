@@ -1,5 +1,6 @@
 //! A row's logits never depend on the other lanes of its round or on how its prompt was chunked, for the default
-//! model and for mixture-of-experts models, whose routing must not depend on them either.
+//! model and for mixture-of-experts models, whose routing must not depend on them either, and for the hybrid
+//! linear-attention family, whose recurrent state must not depend on where its steps began or what they undid.
 
 mod common;
 
@@ -125,7 +126,7 @@ fn moe_model(shape: MoeShape, stacked: bool) -> (tempfile::TempDir, Llama) {
 fn moe_models() -> Vec<(Option<tempfile::TempDir>, Llama)> {
     let mut models: Vec<_> =
         MOE_SHAPES.iter().map(|&shape| moe_model(shape, false)).map(|(d, l)| (Some(d), l)).collect();
-    for shape in ["tiny-qwen3-moe", "tiny-mixtral"] {
+    for shape in ["tiny-qwen3-moe", "tiny-mixtral", "tiny-qwen3-next"] {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden").join(shape);
         models.push((None, Llama::load(&HfCheckpoint::open(&dir).unwrap()).unwrap()));
     }
@@ -167,5 +168,57 @@ fn test_moe_stacked_experts_give_the_per_expert_logits() {
         let (_b, stacked) = moe_model(shape, true);
         let want = chunked_logits(&per_expert, &ids, ids.len());
         assert!(same_bits(&want, &chunked_logits(&stacked, &ids, ids.len())), "{shape:?}: layouts disagree");
+    }
+}
+
+/// The hybrid golden: Gated DeltaNet layers around a gated attention layer.
+fn hybrid() -> Llama {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/tiny-qwen3-next");
+    let llama = Llama::load(&HfCheckpoint::open(&dir).unwrap()).unwrap();
+    assert!(llama.config().hybrid.is_some(), "tiny-qwen3-next loaded without linear attention");
+    llama
+}
+
+/// One lane's step over `tokens` from `start` on `pages`; its logits of every row.
+fn step(llama: &Llama, pool: &mut KvPool, tokens: &[u32], start: usize, pages: &[u32]) -> Vec<f32> {
+    let lane = LaneStep { tokens, start_pos: start, pages, logits: Logits::All, keep: None };
+    llama.run(pool, &[lane]).remove(0).values().unwrap().to_vec()
+}
+
+#[test]
+fn test_hybrid_resumed_at_every_page_boundary_equals_fresh() {
+    let llama = hybrid();
+    let ids = moe_ids(70, 8);
+    let vocab = llama.vocab_size();
+    let fresh = chunked_logits(&llama, &ids, ids.len());
+    let mut pool = KvPool::new(llama.kv_layout(PAGE_TOKENS), 16);
+    let cached: Vec<u32> = (0..5).collect();
+    step(&llama, &mut pool, &ids, 0, &cached);
+    for boundary in 1..ids.len().div_ceil(PAGE_TOKENS) {
+        // The first pages are the cached prompt's; the rest are the resumed lane's own.
+        let pages: Vec<u32> = cached[..boundary].iter().copied().chain(10..16).collect();
+        let from = boundary * PAGE_TOKENS;
+        let resumed = step(&llama, &mut pool, &ids[from..], from, &pages);
+        assert!(same_bits(&resumed, &fresh[from * vocab..]), "resumed at position {from} differs from fresh");
+    }
+}
+
+#[test]
+fn test_hybrid_state_after_rejected_drafts_equals_never_drafted() {
+    let llama = hybrid();
+    let prompt = moe_ids(14, 9);
+    // Drafts at positions 14 to 17 cross the first page's end; only the first is kept, then another token follows.
+    let (drafted, taken) = ([7u32, 8, 9, 10], [7u32, 11, 12]);
+    let plain: Vec<u32> = prompt.iter().chain(&taken).copied().collect();
+    let want = chunked_logits(&llama, &plain, plain.len());
+    let mut pool = KvPool::new(llama.kv_layout(PAGE_TOKENS), 2);
+    let pages = [1u32, 0];
+    step(&llama, &mut pool, &prompt, 0, &pages);
+    step(&llama, &mut pool, &drafted, 14, &pages);
+    let vocab = llama.vocab_size();
+    for (i, &t) in taken[1..].iter().enumerate() {
+        let pos = 15 + i;
+        let got = step(&llama, &mut pool, &[t], pos, &pages);
+        assert!(same_bits(&got, &want[pos * vocab..(pos + 1) * vocab]), "position {pos} kept a rejected draft");
     }
 }

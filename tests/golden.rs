@@ -91,7 +91,7 @@ fn test_greedy_tokens_match_the_reference_for_64_steps() {
 }
 
 /// The mixture-of-experts shapes, whose prompts also carry the router's near-ties.
-const MOE_SHAPES: [&str; 2] = ["tiny-qwen3-moe", "tiny-mixtral"];
+const MOE_SHAPES: [&str; 3] = ["tiny-qwen3-moe", "tiny-mixtral", "tiny-qwen3-next"];
 /// A prompt whose router has a k-th and next expert closer than this may route one token differently by rounding.
 const ROUTER_GAP_FLOOR: f32 = 1e-6;
 /// A greedy step whose best two logits are closer than this is a tie the reference cannot decide for us.

@@ -1,41 +1,14 @@
-//! Mixtures of experts through the server: the seeded Qwen3-MoE and Mixtral goldens serve chat, streaming, tools
-//! and JSON schemas, and a request gives the same bits alone and among others, resumed and fresh, drafted and
-//! plain.
+//! Mixtures of experts through the server: the seeded Qwen3-MoE, Mixtral and Qwen3-Next (hybrid linear attention)
+//! goldens serve chat, streaming, tools and JSON schemas, and a request gives the same bits alone and among others,
+//! resumed and fresh, drafted and plain.
 
 mod common;
 
-use std::path::Path;
-
+use common::golden::served_golden;
 use common::server::Server;
 use serde_json::{json, Value};
 
 const CHAT: &str = "/v1/chat/completions";
-/// ChatML, as the goldens' families write it.
-const TEMPLATE: &str = "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + \
-    message['content'] + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}\
-    {{- '<|im_start|>assistant\\n' }}{%- endif %}";
-
-/// A golden's weights with the tests' 512-id tokenizer (tests/data/thinking) under a ChatML template.
-fn served_golden(name: &str) -> tempfile::TempDir {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
-    let dir = tempfile::tempdir().expect("a directory");
-    let golden = root.join("golden").join(name);
-    std::fs::copy(golden.join("model.safetensors"), dir.path().join("model.safetensors")).expect("weights");
-    let read =
-        |path: &Path| -> Value { serde_json::from_slice(&std::fs::read(path).expect("readable")).expect("JSON") };
-    let mut config = read(&golden.join("config.json"));
-    assert_eq!(config["vocab_size"], 512, "the tokenizer has 512 ids");
-    // The tokenizer's <|im_end|>.
-    config["eos_token_id"] = json!(498);
-    // Room for the tool prompt, which the 512-id tokenizer spells out in about 450 tokens.
-    config["max_position_embeddings"] = json!(1024);
-    std::fs::write(dir.path().join("config.json"), config.to_string()).expect("config written");
-    std::fs::copy(root.join("thinking/tokenizer.json"), dir.path().join("tokenizer.json")).expect("tokenizer");
-    let mut tokenizer_config = read(&root.join("thinking/tokenizer_config.json"));
-    tokenizer_config["chat_template"] = json!(TEMPLATE);
-    std::fs::write(dir.path().join("tokenizer_config.json"), tokenizer_config.to_string()).expect("written");
-    dir
-}
 
 fn chat(server: &Server, body: &Value) -> Value {
     let response = server.post_json(CHAT, body);
@@ -54,6 +27,10 @@ fn body(i: usize) -> Value {
     });
     body["temperature"] = if i.is_multiple_of(2) { json!(0) } else { json!(1.2) };
     body["seed"] = json!(100 + i);
+    if i == 4 {
+        // Three favoured tokens in the model's own order: text that repeats, so its lane drafts, kept or refused.
+        body["logit_bias"] = json!({"100": 30, "101": 30, "102": 30});
+    }
     body
 }
 
@@ -64,7 +41,7 @@ fn bits(reply: &Value) -> Value {
 }
 
 fn each_golden(test: impl Fn(&str, &Server)) {
-    for name in ["tiny-qwen3-moe", "tiny-mixtral"] {
+    for name in ["tiny-qwen3-moe", "tiny-mixtral", "tiny-qwen3-next"] {
         let model = served_golden(name);
         // Drafting that does not depend on start-up timings, so drafts are made on any machine.
         let env = [("TF_DRAFT_TIMING", "0")];

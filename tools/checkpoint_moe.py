@@ -24,8 +24,11 @@ def check_moe_layers(model, fields):
     for name, param in model.named_parameters():
         assert torch.isfinite(param).all() and param.abs().max() < 10, f"{name} was not initialised"
     if "head_dim" in fields:
-        q = model.model.layers[0].self_attn.q_proj.weight
-        assert q.shape[0] == fields["num_attention_heads"] * fields["head_dim"], f"head_dim ignored: q is {q.shape}"
+        attention = next(layer.self_attn for layer in model.model.layers if hasattr(layer, "self_attn"))
+        q = attention.q_proj.weight
+        # Qwen3-Next's query projection also gives each head its output gate.
+        width = fields["num_attention_heads"] * fields["head_dim"] * (2 if "linear_num_key_heads" in fields else 1)
+        assert q.shape[0] == width, f"head_dim ignored: q is {q.shape}"
 
 
 def router_gaps(outputs, top_k):

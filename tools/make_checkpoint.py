@@ -3,6 +3,7 @@
 
     make_checkpoint.py --shape tiny-qwen2 --out DIR --golden DIR/reference.json
     make_checkpoint.py --shape tiny-qwen3-moe --out DIR --golden DIR/reference.json
+    make_checkpoint.py --shape tiny-qwen3-next --out DIR --golden DIR/reference.json
     make_checkpoint.py --shape llama-3.1-8b --out DIR [--layers 2] [--init-device cuda]
 
 The goldens are computed from the checkpoint as saved, in float32 with eager attention, so a
@@ -37,6 +38,8 @@ from transformers import (
     Qwen3ForCausalLM,
     Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
+    Qwen3NextConfig,
+    Qwen3NextForCausalLM,
 )
 
 ARCHS = {
@@ -45,6 +48,7 @@ ARCHS = {
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),
     "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
     "mixtral": (MixtralConfig, MixtralForCausalLM),
+    "qwen3_next": (Qwen3NextConfig, Qwen3NextForCausalLM),
 }
 
 LLAMA3_SCALING = {
@@ -139,6 +143,32 @@ SHAPES = {
             tie_word_embeddings=False,
             num_local_experts=8,
             num_experts_per_tok=2,
+        ),
+    ),
+    # Flash Next: three Gated DeltaNet layers around one gated attention layer; layer 1's MLP is dense, the others
+    # are experts with a gated shared expert. Key heads 2 under value heads 4 keeps the grouping in play.
+    "tiny-qwen3-next": (
+        "qwen3_next",
+        dict(
+            TINY,
+            num_hidden_layers=4,
+            layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+            head_dim=32,
+            rms_norm_eps=1e-6,
+            rope_parameters=dict(rope_type="default", rope_theta=1000000.0, partial_rotary_factor=0.25),
+            tie_word_embeddings=False,
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            num_experts=16,
+            num_experts_per_tok=4,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[1],
         ),
     ),
     # A reduced Qwen3-MoE for the CPU bench against llama.cpp (docs/benchmarks-moe.md): 64 experts of 384, top 8.
@@ -311,14 +341,18 @@ def widen_tiny_init(model, seed):
     """Gives norms and biases non-trivial values and widens the logits so greedy picks are decisive."""
     generator = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
+        # Qwen3-Next's norms scale by one plus their weight, all but the gated norm of its linear attention.
+        centred = model.config.model_type == "qwen3_next"
         for name, param in model.named_parameters():
             noise = torch.randn(param.shape, generator=generator, dtype=torch.float32).to(param.dtype)
             if name.endswith("norm.weight"):
-                param.copy_(1.0 + 0.2 * noise)
+                offset = 0.0 if centred and not name.endswith("linear_attn.norm.weight") else 1.0
+                param.copy_(offset + 0.2 * noise)
             elif name.endswith(".bias"):
                 param.copy_(0.1 * noise)
         # Widening the final norm, not the embedding, keeps tied models from echoing their input.
-        model.model.norm.weight.mul_(4.0)
+        norm = model.model.norm.weight
+        norm.copy_(4.0 * (norm + 1.0) - 1.0 if centred else 4.0 * norm)
 
 
 def save(model, out, max_shard_size, tiny):

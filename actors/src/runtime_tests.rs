@@ -22,7 +22,7 @@ pub(crate) struct FakeEngine;
 
 impl Engine for FakeEngine {
     fn kv_layout(&self, page_tokens: usize) -> KvLayout {
-        KvLayout { num_layers: 1, num_kv_heads: 1, head_dim: 4, page_tokens, elem_bytes: 4 }
+        KvLayout { num_layers: 1, num_kv_heads: 1, head_dim: 4, page_tokens, elem_bytes: 4, state_elems: 0 }
     }
     fn vocab_size(&self) -> usize {
         VOCAB

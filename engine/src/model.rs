@@ -65,8 +65,13 @@ fn open(path: &Path) -> Result<(String, Box<dyn Checkpoint>, Tokenizer), LoadErr
     Ok((name, Box::new(ckpt), tokenizer))
 }
 
-/// Fails naming the architecture where `engine` cannot run its mixture of experts yet.
+/// Fails naming the architecture where `engine` cannot run its linear attention or mixture of experts yet.
 pub fn refuse_moe(ckpt: &dyn Checkpoint, engine: &str) -> Result<(), LoadError> {
+    if ckpt.config().hybrid.is_some() {
+        let arch = &ckpt.config().arch;
+        let fault = format!("{arch} is a hybrid linear-attention model, which {engine} cannot run yet");
+        return Err(LoadError::format(ckpt.path(), fault));
+    }
     match ckpt.config().moe {
         Some(_) => {
             let arch = &ckpt.config().arch;

@@ -16,15 +16,21 @@ pub struct KvLayout {
     pub page_tokens: usize,
     /// Bytes of one stored element: 4 for f32 on the CPU, 2 for bf16 on a GPU.
     pub elem_bytes: usize,
+    /// Floats of recurrent state a page holds beside its keys and values (linear-attention layers); 0 for most models.
+    pub state_elems: usize,
 }
 
 impl KvLayout {
     pub fn kv_dim(&self) -> usize {
         self.num_kv_heads * self.head_dim
     }
-    /// Bytes of one page, keys and values together.
+    /// Bytes of one page: keys, values and recurrent state together.
     pub fn page_bytes(&self) -> usize {
-        2 * self.page_elems() * self.elem_bytes
+        2 * self.page_elems() * self.elem_bytes + self.state_bytes(1)
+    }
+    /// Bytes of the recurrent state of `num_pages` pages, always f32.
+    pub fn state_bytes(&self, num_pages: usize) -> usize {
+        num_pages * self.state_elems * 4
     }
     /// Elements of one page of keys (or of values).
     pub fn page_elems(&self) -> usize {
@@ -50,11 +56,13 @@ enum KvMemory {
     Device { keys: u64, values: u64, _owner: KvOwner },
 }
 
-/// Keys and values of every page, stored `[page][layer][token][kv_dim]`.
+/// Keys and values of every page, stored `[page][layer][token][kv_dim]`, and each page's recurrent state, always in
+/// host memory of its own (never lent).
 pub struct KvPool {
     layout: KvLayout,
     num_pages: usize,
     memory: KvMemory,
+    states: KvStorage,
 }
 
 impl KvPool {
@@ -63,17 +71,39 @@ impl KvPool {
         KvPool::with_storage(layout, num_pages, Box::new(vec![0.0; n]), Box::new(vec![0.0; n]))
     }
 
-    /// A pool over given memory, each buffer at least `num_pages` pages of floats.
+    /// A pool over given memory, each buffer at least `num_pages` pages of floats; recurrent state, where the layout
+    /// has any, in a vector until `with_states` gives it other memory.
     pub fn with_storage(layout: KvLayout, num_pages: usize, keys: KvStorage, values: KvStorage) -> KvPool {
         assert_eq!(layout.elem_bytes, 4, "a host pool holds f32");
         let n = num_pages * layout.page_elems();
         assert!(keys.len() >= n && values.len() >= n, "KV storage is smaller than {num_pages} pages");
-        KvPool { layout, num_pages, memory: KvMemory::Host { keys, values } }
+        let states = Box::new(vec![0.0; num_pages * layout.state_elems]);
+        KvPool { layout, num_pages, memory: KvMemory::Host { keys, values }, states }
     }
 
     /// A pool in device memory, keys at `ptrs[0]` and values at `ptrs[1]`, which `owner` keeps allocated.
     pub fn on_device(layout: KvLayout, num_pages: usize, owner: KvOwner, ptrs: [u64; 2]) -> KvPool {
-        KvPool { layout, num_pages, memory: KvMemory::Device { keys: ptrs[0], values: ptrs[1], _owner: owner } }
+        let memory = KvMemory::Device { keys: ptrs[0], values: ptrs[1], _owner: owner };
+        KvPool { layout, num_pages, memory, states: Box::new(Vec::new()) }
+    }
+
+    /// The same pool with its recurrent state in `states`, at least `num_pages` pages of it.
+    pub fn with_states(mut self, states: KvStorage) -> KvPool {
+        assert!(states.len() >= self.num_pages * self.layout.state_elems, "state storage is smaller than the pool");
+        self.states = states;
+        self
+    }
+
+    /// Page `page`'s recurrent state.
+    pub fn state(&self, page: u32) -> &[f32] {
+        let n = self.layout.state_elems;
+        &self.states[page as usize * n..(page as usize + 1) * n]
+    }
+
+    /// Page `page`'s recurrent state, to write.
+    pub fn state_mut(&mut self, page: u32) -> &mut [f32] {
+        let n = self.layout.state_elems;
+        &mut self.states[page as usize * n..(page as usize + 1) * n]
     }
 
     /// Device addresses of keys and values, for a pool on a GPU.
@@ -162,17 +192,33 @@ mod tests {
 
     #[test]
     fn test_a_page_of_bf16_takes_half_the_bytes_of_one_of_f32() {
-        let f32_layout = KvLayout { num_layers: 3, num_kv_heads: 2, head_dim: 64, page_tokens: 16, elem_bytes: 4 };
+        let f32_layout =
+            KvLayout { num_layers: 3, num_kv_heads: 2, head_dim: 64, page_tokens: 16, elem_bytes: 4, state_elems: 0 };
         let bf16_layout = KvLayout { elem_bytes: 2, ..f32_layout };
         assert_eq!(f32_layout.page_elems(), 3 * 16 * 128);
         assert_eq!(f32_layout.page_bytes(), 2 * 4 * f32_layout.page_elems());
         assert_eq!(bf16_layout.page_bytes(), f32_layout.page_bytes() / 2);
         assert_eq!(bf16_layout.buffer_bytes(5), 5 * bf16_layout.page_bytes() / 2);
+        let hybrid = KvLayout { state_elems: 100, ..f32_layout };
+        assert_eq!(hybrid.page_bytes(), f32_layout.page_bytes() + 400);
+        assert_eq!(hybrid.buffer_bytes(5), f32_layout.buffer_bytes(5));
+    }
+
+    #[test]
+    fn test_each_page_has_its_own_state() {
+        let layout =
+            KvLayout { num_layers: 1, num_kv_heads: 1, head_dim: 4, page_tokens: 16, elem_bytes: 4, state_elems: 3 };
+        let mut pool = KvPool::new(layout, 4);
+        pool.state_mut(2).copy_from_slice(&[1.0, 2.0, 3.0]);
+        assert_eq!(pool.state(2), [1.0, 2.0, 3.0]);
+        assert!(pool.state(1).iter().chain(pool.state(3)).all(|&v| v == 0.0));
     }
 
     #[test]
     #[should_panic(expected = "a host pool holds f32")]
     fn test_a_host_pool_refuses_a_bf16_layout() {
-        KvPool::new(KvLayout { num_layers: 1, num_kv_heads: 1, head_dim: 4, page_tokens: 16, elem_bytes: 2 }, 1);
+        let layout =
+            KvLayout { num_layers: 1, num_kv_heads: 1, head_dim: 4, page_tokens: 16, elem_bytes: 2, state_elems: 0 };
+        KvPool::new(layout, 1);
     }
 }

@@ -64,6 +64,11 @@ pub struct Rope {
 impl Rope {
     /// Rotates every `head_dim`-wide head of `x` (one row) by absolute position `pos`.
     pub fn apply(&self, x: &mut [f32], pos: usize) {
+        self.apply_partial(x, 2 * self.inv_freq.len(), pos);
+    }
+
+    /// Rotates the leading `2 * inv_freq.len()` dimensions of every `head_dim`-wide head of `x`; the rest pass.
+    pub fn apply_partial(&self, x: &mut [f32], head_dim: usize, pos: usize) {
         let half = self.inv_freq.len();
         let (sin, cos): (Vec<f32>, Vec<f32>) = self
             .inv_freq
@@ -73,7 +78,7 @@ impl Rope {
                 (angle.sin() as f32, angle.cos() as f32)
             })
             .unzip();
-        for head in x.chunks_exact_mut(2 * half) {
+        for head in x.chunks_exact_mut(head_dim) {
             for i in 0..half {
                 let (a, b) = if self.interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
                 let (x0, x1) = (head[a], head[b]);

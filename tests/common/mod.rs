@@ -4,6 +4,7 @@
 
 pub mod cuda;
 pub mod events;
+pub mod golden;
 pub mod moe;
 pub mod pyenv;
 pub mod server;

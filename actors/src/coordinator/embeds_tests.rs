@@ -20,7 +20,7 @@ struct HistoryEngine {
 
 impl Engine for HistoryEngine {
     fn kv_layout(&self, page_tokens: usize) -> KvLayout {
-        KvLayout { num_layers: 1, num_kv_heads: 1, head_dim: 4, page_tokens, elem_bytes: 4 }
+        KvLayout { num_layers: 1, num_kv_heads: 1, head_dim: 4, page_tokens, elem_bytes: 4, state_elems: 0 }
     }
     fn vocab_size(&self) -> usize {
         VOCAB

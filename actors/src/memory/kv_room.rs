@@ -44,7 +44,10 @@ pub(crate) async fn kv_room(
     let keys = device.send(Allocate { kind: MemoryKind::KvCache, bytes }).await.map_err(gone)??;
     let values = device.send(Allocate { kind: MemoryKind::KvCache, bytes }).await.map_err(gone)??;
     let pool = match keys.is_host_addressable() {
-        true => KvPool::with_storage(layout, num_pages, Box::new(keys), Box::new(values)),
+        true => {
+            let pool = KvPool::with_storage(layout, num_pages, Box::new(keys), Box::new(values));
+            own_states(device, pool).await?
+        }
         false => {
             let ptrs = [keys.ptr().0, values.ptr().0];
             KvPool::on_device(layout, num_pages, Box::new((keys, values)), ptrs)
@@ -75,6 +78,7 @@ async fn lent_room(
     let num_lent_pages = buffers.layout.num_pages;
     let total = num_pages + num_lent_pages;
     let pool = KvPool::with_storage(layout, total, Box::new(buffers.keys), Box::new(buffers.values));
+    let pool = own_states(device, pool).await?;
     log_lent(lent_bytes, num_lent_pages, layout, "host");
     Ok(Ok(Room { pool, num_pages: total, num_lent_pages, held }))
 }
@@ -108,8 +112,29 @@ async fn device_room(
     Ok(Ok(Room { pool, num_pages: total, num_lent_pages, held: Vec::new() }))
 }
 
-/// The start-up line of a pool that lent memory grew: the lent bytes, the pages they added and their tokens.
+/// The pool with its pages' recurrent state (linear-attention layers) in own host memory from the ledger, never in
+/// lent memory; a pool without such state as it is.
+async fn own_states(device: &Addr<DeviceActor>, pool: KvPool) -> Result<KvPool, StartError> {
+    let bytes = pool.layout().state_bytes(pool.num_pages());
+    if bytes == 0 {
+        return Ok(pool);
+    }
+    let states =
+        device.send(Allocate { kind: MemoryKind::KvCache, bytes }).await.map_err(|_| StartError::DeviceGone)??;
+    Ok(pool.with_states(Box::new(states)))
+}
+
+/// The start-up line of a pool that lent memory grew: the lent bytes, the pages they added and their tokens, and the
+/// recurrent state that stays in own memory.
 fn log_lent(lent_bytes: usize, lent_pages: usize, layout: KvLayout, on: &str) {
     let kv_tokens_gained = lent_pages * layout.page_tokens;
-    tracing::info!(lent_bytes, lent_pages, kv_tokens_gained, on, "carveout: KV pages in lent memory");
+    let own_state_bytes_per_page = layout.state_bytes(1);
+    tracing::info!(
+        lent_bytes,
+        lent_pages,
+        kv_tokens_gained,
+        own_state_bytes_per_page,
+        on,
+        "carveout: KV pages in lent memory, recurrent state in own memory"
+    );
 }

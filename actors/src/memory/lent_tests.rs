@@ -24,7 +24,7 @@ struct Attending;
 
 impl Engine for Attending {
     fn kv_layout(&self, page_tokens: usize) -> KvLayout {
-        KvLayout { num_layers: 1, num_kv_heads: 1, head_dim: HEAD_DIM, page_tokens, elem_bytes: 4 }
+        KvLayout { num_layers: 1, num_kv_heads: 1, head_dim: HEAD_DIM, page_tokens, elem_bytes: 4, state_elems: 0 }
     }
 
     fn vocab_size(&self) -> usize {

@@ -298,6 +298,7 @@ fn model_config(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         attn_bias: file.tensor("blk.0.attn_q.bias").is_some(),
         qk_norm: file.tensor("blk.0.attn_q_norm.weight").is_some(),
         moe: moe_config(&meta, intermediate_size, num_layers)?,
+        hybrid: None,
     })
 }
 
@@ -328,6 +329,7 @@ fn moe_config(meta: &Meta, intermediate_size: usize, num_layers: usize) -> Resul
         norm_topk_prob,
         dense_layers: (0..num_layers).filter(|&li| !has_router(li)).collect(),
         sparse_step: 1,
+        shared_expert_size: None,
     }))
 }
 
@@ -403,6 +405,7 @@ mod tests {
             attn_bias: true,
             qk_norm: false,
             moe: None,
+            hybrid: None,
         };
         assert_eq!(config, expected);
     }

@@ -181,8 +181,9 @@ impl Checkpoint for HfCheckpoint {
         let fault = |fault: String| LoadError::Tensor { path: shard.path.clone(), name: name.into(), fault };
         let (rows, cols) = match entry.info.shape[..] {
             [cols] => (1, cols),
-            [rows, cols] => (rows, cols),
-            ref shape => return Err(fault(format!("shape {shape:?} is not 1-D or 2-D"))),
+            // A depthwise convolution's channels x 1 x taps.
+            [rows, cols] | [rows, 1, cols] => (rows, cols),
+            ref shape => return Err(fault(format!("shape {shape:?} is not 1-D, 2-D or channels x 1 x taps"))),
         };
         let (start, end) = entry.info.data_offsets;
         let bytes = &shard.mmap[shard.data_start + start..shard.data_start + end];
@@ -488,12 +489,12 @@ mod tests {
     #[test]
     fn test_unsupported_dtype_or_shape_names_file_and_tensor() {
         let ids = ("ids", Dtype::I64, &[1][..], vec![0; 8]);
-        let dir = checkpoint_dir(&llama_config(), &[ids, f32_tensor("cube", &[1, 1, 1], &[0.0])]);
+        let dir = checkpoint_dir(&llama_config(), &[ids, f32_tensor("cube", &[1, 2, 1], &[0.0; 2])]);
         let ckpt = HfCheckpoint::open(dir.path()).unwrap();
         let err = ckpt.weight("ids").unwrap_err().to_string();
         assert_mentions(&err, &[SINGLE_FILE, "tensor ids", "I64"]);
         let err = ckpt.weight("cube").unwrap_err().to_string();
-        assert_mentions(&err, &[SINGLE_FILE, "tensor cube", "not 1-D or 2-D"]);
+        assert_mentions(&err, &[SINGLE_FILE, "tensor cube", "not 1-D, 2-D or channels x 1 x taps"]);
     }
 
     #[test]

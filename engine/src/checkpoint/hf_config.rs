@@ -5,7 +5,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::error::LoadError;
-use crate::llama::config::{Llama3RopeScaling, ModelConfig, MoeConfig};
+use crate::llama::config::{HybridConfig, Llama3RopeScaling, ModelConfig, MoeConfig};
 
 /// `config.json` as written by transformers; only the fields the engine reads.
 #[derive(Deserialize)]
@@ -42,10 +42,20 @@ pub(crate) struct RawConfig {
     num_experts_per_tok: Option<usize>,
     /// Qwen3-MoE's expert width; Mixtral's experts are `intermediate_size` wide.
     moe_intermediate_size: Option<usize>,
-    #[serde(default)]
-    norm_topk_prob: bool,
+    norm_topk_prob: Option<bool>,
     mlp_only_layers: Option<Vec<usize>>,
     decoder_sparse_step: Option<usize>,
+    /// Qwen3-Next's gated shared expert.
+    shared_expert_intermediate_size: Option<usize>,
+    /// Qwen3-Next's linear attention, and where `layer_types` is absent, every how many layers one is full attention.
+    linear_conv_kernel_dim: Option<usize>,
+    linear_key_head_dim: Option<usize>,
+    linear_value_head_dim: Option<usize>,
+    linear_num_key_heads: Option<usize>,
+    linear_num_value_heads: Option<usize>,
+    full_attention_interval: Option<usize>,
+    /// Published configs write it here; transformers 5 moves it into `rope_parameters`.
+    partial_rotary_factor: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -59,6 +69,7 @@ struct RawRopeScaling {
     low_freq_factor: Option<f32>,
     high_freq_factor: Option<f32>,
     original_max_position_embeddings: Option<usize>,
+    partial_rotary_factor: Option<f64>,
 }
 
 impl RawConfig {
@@ -70,8 +81,8 @@ impl RawConfig {
     ) -> Result<ModelConfig, LoadError> {
         let bad = |fault: String| LoadError::format(path, fault);
         let arch = self.model_type.clone().ok_or_else(|| bad("missing field `model_type`".into()))?;
-        if !matches!(arch.as_str(), "llama" | "qwen2" | "qwen3" | "qwen3_moe" | "mixtral") {
-            let expected = "llama, qwen2, qwen3, qwen3_moe or mixtral";
+        if !matches!(arch.as_str(), "llama" | "qwen2" | "qwen3" | "qwen3_moe" | "mixtral" | "qwen3_next") {
+            let expected = "llama, qwen2, qwen3, qwen3_moe, mixtral or qwen3_next";
             return Err(bad(format!("unsupported model_type {arch:?} (expected {expected})")));
         }
         let windowed = arch == "mixtral" && self.sliding_window.is_some_and(|w| w < self.max_position_embeddings);
@@ -81,8 +92,11 @@ impl RawConfig {
             (self.use_sliding_window, "use_sliding_window = true"),
             (windowed, "a sliding_window shorter than max_position_embeddings"),
             (
-                self.layer_types.iter().flatten().any(|ty| ty != "full_attention"),
-                "a layer type other than full_attention",
+                self.layer_types
+                    .iter()
+                    .flatten()
+                    .any(|ty| ty != "full_attention" && !(arch == "qwen3_next" && ty == "linear_attention")),
+                "a layer type other than full_attention (or linear_attention in qwen3_next)",
             ),
         ];
         if let Some((_, what)) = unsupported.iter().find(|(present, _)| *present) {
@@ -109,6 +123,7 @@ impl RawConfig {
             return Err(bad("sizes, layer count and vocab_size must be positive".into()));
         }
         let moe = self.moe_config(&arch).map_err(bad)?;
+        let hybrid = self.hybrid_config(&arch, head_dim).map_err(bad)?;
         let rope_theta = self.rope_parameters.as_ref().and_then(|rope| rope.rope_theta).or(self.rope_theta);
         let rope_scaling = match self.rope_scaling.or(self.rope_parameters) {
             Some(scaling) => parse_rope_scaling(scaling).map_err(bad)?,
@@ -131,18 +146,21 @@ impl RawConfig {
             tie_embeddings: self.tie_word_embeddings,
             // Qwen2 always has q/k/v bias without saying so in its config.
             attn_bias: self.attention_bias || has_tensor("model.layers.0.self_attn.q_proj.bias"),
-            qk_norm: has_tensor("model.layers.0.self_attn.q_norm.weight"),
+            qk_norm: hybrid.is_some() || has_tensor("model.layers.0.self_attn.q_norm.weight"),
             moe,
+            hybrid,
         })
     }
 
     /// The experts of a Qwen3-MoE or Mixtral config; None for the dense architectures.
     fn moe_config(&self, arch: &str) -> Result<Option<MoeConfig>, String> {
         let (experts_key, num_experts, width_key, width, norm_topk_prob) = match arch {
-            "qwen3_moe" => {
+            "qwen3_moe" | "qwen3_next" => {
                 // Transformers 5 writes Qwen3-MoE's expert count as `num_local_experts` too.
                 let num_experts = self.num_experts.or(self.num_local_experts);
-                ("num_experts", num_experts, "moe_intermediate_size", self.moe_intermediate_size, self.norm_topk_prob)
+                // Each family's own default where the config leaves it out.
+                let norm = self.norm_topk_prob.unwrap_or(arch == "qwen3_next");
+                ("num_experts", num_experts, "moe_intermediate_size", self.moe_intermediate_size, norm)
             }
             "mixtral" => {
                 let width = Some(self.intermediate_size);
@@ -174,6 +192,53 @@ impl RawConfig {
             norm_topk_prob,
             dense_layers,
             sparse_step,
+            shared_expert_size: self.shared_expert_intermediate_size.filter(|&n| n > 0),
+        }))
+    }
+
+    /// Qwen3-Next's linear-attention layers and partial rotary; None for the other architectures.
+    fn hybrid_config(&self, arch: &str, head_dim: usize) -> Result<Option<HybridConfig>, String> {
+        if arch != "qwen3_next" {
+            return Ok(None);
+        }
+        let need = |value: Option<usize>, key: &str| match value {
+            Some(v) if v > 0 => Ok(v),
+            Some(_) => Err(format!("{key} must be positive")),
+            None => Err(format!("{arch} config is missing `{key}`")),
+        };
+        let layers = self.num_hidden_layers;
+        let linear: Vec<bool> = match &self.layer_types {
+            Some(types) if types.len() != layers => {
+                return Err(format!("layer_types has {} entries for {layers} layers", types.len()))
+            }
+            Some(types) => types.iter().map(|ty| ty == "linear_attention").collect(),
+            None => {
+                let interval = need(self.full_attention_interval.or(Some(4)), "full_attention_interval")?;
+                (0..layers).map(|i| !(i + 1).is_multiple_of(interval)).collect()
+            }
+        };
+        let (num_k_heads, num_v_heads) = (
+            need(self.linear_num_key_heads, "linear_num_key_heads")?,
+            need(self.linear_num_value_heads, "linear_num_value_heads")?,
+        );
+        if !num_v_heads.is_multiple_of(num_k_heads) {
+            return Err(format!(
+                "linear_num_value_heads {num_v_heads} is not a multiple of linear_num_key_heads {num_k_heads}"
+            ));
+        }
+        let factor = self.rope_parameters.as_ref().and_then(|r| r.partial_rotary_factor).or(self.partial_rotary_factor);
+        let rotary_dim = (head_dim as f64 * factor.unwrap_or(0.25)) as usize;
+        if rotary_dim == 0 || rotary_dim > head_dim || rotary_dim % 2 == 1 {
+            return Err(format!("partial_rotary_factor gives {rotary_dim} rotated dimensions of {head_dim}"));
+        }
+        Ok(Some(HybridConfig {
+            linear,
+            num_k_heads,
+            num_v_heads,
+            k_head_dim: need(self.linear_key_head_dim, "linear_key_head_dim")?,
+            v_head_dim: need(self.linear_value_head_dim, "linear_value_head_dim")?,
+            conv_kernel: need(self.linear_conv_kernel_dim, "linear_conv_kernel_dim")?,
+            rotary_dim,
         }))
     }
 }
@@ -264,6 +329,38 @@ mod tests {
         assert!(c.moe.is_none() && !c.is_moe_layer(1));
     }
 
+    fn qwen3_next() -> Value {
+        json!({
+            "model_type": "qwen3_next", "vocab_size": 16, "hidden_size": 8, "intermediate_size": 12,
+            "num_hidden_layers": 8, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+            "max_position_embeddings": 64, "num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 4,
+            "shared_expert_intermediate_size": 6, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 4,
+            "linear_value_head_dim": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+            "partial_rotary_factor": 0.25
+        })
+    }
+
+    #[test]
+    fn test_qwen3_next_reads_its_linear_layers_shared_expert_and_partial_rotary() {
+        let c = parse(&qwen3_next()).unwrap();
+        let h = c.hybrid.as_ref().unwrap();
+        // Without layer_types, every fourth layer is full attention.
+        assert_eq!(h.linear, [true, true, true, false, true, true, true, false]);
+        assert_eq!((h.num_k_heads, h.num_v_heads, h.k_head_dim, h.v_head_dim, h.conv_kernel), (2, 4, 4, 8, 4));
+        assert_eq!((h.rotary_dim, h.conv_dim(), h.row_width()), (4, 2 * 8 + 32, 48 + 8));
+        let moe = c.moe.as_ref().unwrap();
+        assert!(moe.norm_topk_prob && moe.shared_expert_size == Some(6) && c.qk_norm);
+        // The KV pool holds the two attention layers; pages hold the six linear layers' rows and states.
+        let layout = c.kv_layout(16);
+        assert_eq!((layout.num_layers, layout.state_elems), (2, 6 * (16 * 56 + 4 * 4 * 8)));
+        assert_eq!((c.pool_layer(3), c.pool_layer(4), c.pool_layer(7)), (0, 3, 1));
+        let mut config = qwen3_next();
+        config["layer_types"] = json!(["full_attention", "linear_attention"].repeat(4));
+        config["rope_parameters"] = json!({"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5});
+        let h = parse(&config).unwrap().hybrid.unwrap();
+        assert_eq!((h.linear[..2].to_vec(), h.rotary_dim), (vec![false, true], 8));
+    }
+
     #[test]
     fn test_moe_config_faults_name_the_field() {
         let with = |base: Value, key: &str, value: Value| {
@@ -283,7 +380,12 @@ mod tests {
             (with(qwen3_moe(), "moe_intermediate_size", json!(0)), "moe_intermediate_size must be positive"),
             (with(mixtral(), "num_local_experts", Value::Null), "missing `num_local_experts`"),
             (with(mixtral(), "sliding_window", json!(32)), "sliding_window shorter than"),
-            (with(mixtral(), "model_type", json!("deepseek_v3")), "qwen3_moe or mixtral"),
+            (with(mixtral(), "model_type", json!("deepseek_v3")), "mixtral or qwen3_next"),
+            (with(qwen3_next(), "linear_key_head_dim", Value::Null), "missing `linear_key_head_dim`"),
+            (with(qwen3_next(), "linear_num_value_heads", json!(3)), "not a multiple of linear_num_key_heads"),
+            (with(qwen3_next(), "layer_types", json!(["linear_attention"])), "layer_types has 1 entries for 8"),
+            (with(qwen3_next(), "partial_rotary_factor", json!(0.01)), "gives 0 rotated dimensions"),
+            (with(qwen3_moe(), "layer_types", json!(["linear_attention"])), "or linear_attention in qwen3_next"),
         ];
         for (config, fault) in cases {
             let err = parse(&config).unwrap_err();

@@ -23,12 +23,60 @@ pub struct MoeConfig {
     pub dense_layers: Vec<usize>,
     /// Every `sparse_step`-th layer (counting from one) is a mixture of experts.
     pub sparse_step: usize,
+    /// Width of the shared expert every row also runs, weighted by a sigmoid gate (Qwen3-Next).
+    pub shared_expert_size: Option<usize>,
 }
 
 impl MoeConfig {
     /// Whether layer `li`'s MLP is a mixture of experts, by Qwen3-MoE's rule.
     pub fn is_moe_layer(&self, li: usize) -> bool {
         !self.dense_layers.contains(&li) && self.num_experts > 0 && (li + 1).is_multiple_of(self.sparse_step)
+    }
+}
+
+/// Gated DeltaNet linear attention in place of attention on some layers (Qwen3-Next, the Flash Next family).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HybridConfig {
+    /// Per layer, whether it is linear attention; the others are gated full attention.
+    pub linear: Vec<bool>,
+    pub num_k_heads: usize,
+    pub num_v_heads: usize,
+    pub k_head_dim: usize,
+    pub v_head_dim: usize,
+    /// Taps of the causal depthwise convolution over q, k and v.
+    pub conv_kernel: usize,
+    /// Leading dimensions of each attention head that RoPE rotates; the rest pass through.
+    pub rotary_dim: usize,
+}
+
+impl HybridConfig {
+    /// Channels of the convolution: q and k of every key head, then v of every value head.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.num_k_heads * self.k_head_dim + self.num_v_heads * self.v_head_dim
+    }
+
+    /// Floats a position keeps per linear layer: its convolution input, then each value head's decay and beta.
+    pub fn row_width(&self) -> usize {
+        self.conv_dim() + 2 * self.num_v_heads
+    }
+
+    /// Floats of one recurrent state: a k x v matrix per value head.
+    pub fn state_size(&self) -> usize {
+        self.num_v_heads * self.k_head_dim * self.v_head_dim
+    }
+
+    /// Floats a page holds per linear layer: its positions' rows, then the state after its last position.
+    pub fn page_state_per_layer(&self, page_tokens: usize) -> usize {
+        page_tokens * self.row_width() + self.state_size()
+    }
+
+    pub fn num_linear(&self) -> usize {
+        self.linear.iter().filter(|&&l| l).count()
+    }
+
+    /// Layer `li`'s index among the layers of its own kind.
+    pub fn index_of_kind(&self, li: usize) -> usize {
+        self.linear[..li].iter().filter(|&&l| l == self.linear[li]).count()
     }
 }
 
@@ -56,6 +104,8 @@ pub struct ModelConfig {
     pub qk_norm: bool,
     /// The mixture of experts, where the model has one.
     pub moe: Option<MoeConfig>,
+    /// Linear-attention layers beside gated attention ones, where the model is a hybrid.
+    pub hybrid: Option<HybridConfig>,
 }
 
 impl ModelConfig {
@@ -64,9 +114,24 @@ impl ModelConfig {
         self.moe.as_ref().is_some_and(|m| m.is_moe_layer(li))
     }
 
-    /// The KV pool shape for pages of `page_tokens` positions.
+    /// Whether layer `li` is linear attention.
+    pub fn is_linear(&self, li: usize) -> bool {
+        self.hybrid.as_ref().is_some_and(|h| h.linear[li])
+    }
+
+    /// Layer `li`'s layer in the KV pool (attention layers only) or in the page states (linear layers only).
+    pub fn pool_layer(&self, li: usize) -> usize {
+        self.hybrid.as_ref().map_or(li, |h| h.index_of_kind(li))
+    }
+
+    /// The KV pool shape for pages of `page_tokens` positions: keys and values of the attention layers, and the
+    /// recurrent rows and state of the linear ones.
     pub fn kv_layout(&self, page_tokens: usize) -> crate::boundary::KvLayout {
-        let (num_layers, num_kv_heads, head_dim) = (self.num_layers, self.num_kv_heads, self.head_dim);
-        crate::boundary::KvLayout { num_layers, num_kv_heads, head_dim, page_tokens, elem_bytes: 4 }
+        let (num_kv_heads, head_dim) = (self.num_kv_heads, self.head_dim);
+        let (num_layers, state_elems) = match &self.hybrid {
+            None => (self.num_layers, 0),
+            Some(h) => (self.num_layers - h.num_linear(), h.num_linear() * h.page_state_per_layer(page_tokens)),
+        };
+        crate::boundary::KvLayout { num_layers, num_kv_heads, head_dim, page_tokens, elem_bytes: 4, state_elems }
     }
 }

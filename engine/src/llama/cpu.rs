@@ -11,9 +11,10 @@ use tensorfold_kernels::Weight;
 use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
+use crate::llama::deltanet::DeltaNet;
 use crate::llama::forward::{forward, LayerNorm, LlamaSteps};
-use crate::llama::moe::{Expert, MoeMlp};
-use crate::llama::walk::{names, ExpertTensors, MatrixSpec};
+use crate::llama::moe::{Expert, MoeMlp, SharedExpert};
+use crate::llama::walk::{names, ExpertTensors, LinearTensors, MatrixSpec};
 use crate::tp::collective::Collective;
 
 /// Per-head RMSNorm weights of q and k (Qwen3).
@@ -29,6 +30,23 @@ struct Attention {
     qk_norm: Option<QkNorm>,
     o: Weight,
     o_bias: Option<Vec<f32>>,
+    /// The query projection also gives each head a gate; the output is scaled by its sigmoid (Qwen3-Next).
+    gated: bool,
+}
+
+/// What mixes a layer's positions: attention over the KV cache, or a linear recurrence.
+enum Mixer {
+    Attention(Attention),
+    Linear(DeltaNet),
+}
+
+impl Mixer {
+    fn num_bytes(&self) -> usize {
+        match self {
+            Mixer::Attention(a) => a.qkv.num_bytes() + a.o.num_bytes(),
+            Mixer::Linear(d) => d.qkvz.num_bytes() + d.ba.num_bytes() + d.out.num_bytes(),
+        }
+    }
 }
 
 struct Mlp {
@@ -40,7 +58,7 @@ struct Mlp {
 /// A layer's MLP: dense, or a mixture of experts.
 enum LayerMlp {
     Dense(Mlp),
-    Moe(MoeMlp),
+    Moe(Box<MoeMlp>),
 }
 
 impl LayerMlp {
@@ -54,7 +72,7 @@ impl LayerMlp {
 
 struct Layer {
     input_norm: Vec<f32>,
-    attn: Attention,
+    mixer: Mixer,
     post_attn_norm: Vec<f32>,
     mlp: LayerMlp,
 }
@@ -93,18 +111,45 @@ impl Loader<'_> {
     }
 
     fn layer(&self, i: usize, c: &ModelConfig) -> Result<Layer, LoadError> {
-        let t = self.layer_tensors(i, c)?;
+        let mut t = self.layer_tensors(i, c)?;
         let read = |m: &MatrixSpec| self.matrix(&m.name, m.rows, m.cols);
-        let qkv = concat_rows(&[read(&t.q)?, read(&t.k)?, read(&t.v)?]);
-        let qk_norm = t.qk_norm.map(|(q, k)| QkNorm { q, k });
-        let attn = Attention { qkv, qkv_bias: t.qkv_bias, qk_norm, o: read(&t.o)?, o_bias: t.o_bias };
+        // A hybrid's norms scale by one plus their weight; the gated norm of its linear layers does not.
+        let centre = |v: &mut Vec<f32>| v.iter_mut().for_each(|w| *w += 1.0);
+        if c.hybrid.is_some() {
+            [&mut t.input_norm, &mut t.post_norm].into_iter().for_each(centre);
+            if let Some((q, k)) = &mut t.qk_norm {
+                [q, k].into_iter().for_each(centre);
+            }
+        }
+        let mixer = match t.linear.take() {
+            Some(l) => Mixer::Linear(self.delta_net(l)?),
+            None => {
+                let qkv = concat_rows(&[read(&t.q)?, read(&t.k)?, read(&t.v)?]);
+                let qk_norm = t.qk_norm.map(|(q, k)| QkNorm { q, k });
+                let (o, o_bias, gated) = (read(&t.o)?, t.o_bias, c.hybrid.is_some());
+                Mixer::Attention(Attention { qkv, qkv_bias: t.qkv_bias, qk_norm, o, o_bias, gated })
+            }
+        };
         let mlp = match &t.experts {
-            Some(experts) => LayerMlp::Moe(self.experts(experts)?),
+            Some(experts) => LayerMlp::Moe(Box::new(self.experts(experts)?)),
             None => {
                 LayerMlp::Dense(Mlp { gate_up: concat_rows(&[read(&t.gate)?, read(&t.up)?]), down: read(&t.down)? })
             }
         };
-        Ok(Layer { input_norm: t.input_norm, attn, post_attn_norm: t.post_norm, mlp })
+        Ok(Layer { input_norm: t.input_norm, mixer, post_attn_norm: t.post_norm, mlp })
+    }
+
+    fn delta_net(&self, t: LinearTensors) -> Result<DeltaNet, LoadError> {
+        let read = |m: &MatrixSpec| self.matrix(&m.name, m.rows, m.cols);
+        Ok(DeltaNet {
+            qkvz: read(&t.qkvz)?,
+            ba: read(&t.ba)?,
+            conv: read(&t.conv)?.to_f32(),
+            neg_a: t.a_log.iter().map(|a| -a.exp()).collect(),
+            dt_bias: t.dt_bias,
+            norm: t.norm,
+            out: read(&t.out)?,
+        })
     }
 
     fn experts(&self, t: &ExpertTensors) -> Result<MoeMlp, LoadError> {
@@ -116,7 +161,14 @@ impl Loader<'_> {
             .iter()
             .map(|e| Ok(Expert { gate: read(&e.gate)?, up: read(&e.up)?, down: read(&e.down)? }))
             .collect::<Result<_, LoadError>>()?;
-        Ok(MoeMlp { router, experts, top_k: t.top_k, norm_topk_prob: t.norm_topk_prob })
+        let shared = match &t.shared {
+            Some((e, gate)) => Some(SharedExpert {
+                mlp: Expert { gate: read(&e.gate)?, up: read(&e.up)?, down: read(&e.down)? },
+                gate: Weight::F32 { rows: 1, cols: gate.cols, data: read(gate)?.to_f32() },
+            }),
+            None => None,
+        };
+        Ok(MoeMlp { router, experts, top_k: t.top_k, norm_topk_prob: t.norm_topk_prob, shared })
     }
 }
 
@@ -131,7 +183,7 @@ fn activations_from_env(ckpt: &dyn Checkpoint) -> Result<Activations, LoadError>
 
 /// Inverse frequencies as Hugging Face computes them, with Llama 3 scaling or GGUF frequency factors.
 pub(crate) fn rope_inv_freq(c: &ModelConfig, factors: Option<&[f32]>) -> Vec<f32> {
-    let d = c.head_dim;
+    let d = c.hybrid.as_ref().map_or(c.head_dim, |h| h.rotary_dim);
     let base: Vec<f32> =
         (0..d / 2).map(|i| (1.0 / (c.rope_theta as f64).powf((2 * i) as f64 / d as f64)) as f32).collect();
     if let Some(factors) = factors {
@@ -175,7 +227,10 @@ impl Llama {
             layers.push(ld.layer(i, &c)?);
             progress(i + 1, c.num_layers);
         }
-        let norm = ld.vector(names::NORM, c.hidden_size)?;
+        let mut norm = ld.vector(names::NORM, c.hidden_size)?;
+        if c.hybrid.is_some() {
+            norm.iter_mut().for_each(|w| *w += 1.0);
+        }
         let lm_head = ld.lm_head(&c).map(|m| ld.matrix(&m.name, m.rows, m.cols)).transpose()?;
         let factors = ld.rope_factors(&c)?;
         let rope = Rope { inv_freq: rope_inv_freq(&c, factors.as_deref()), interleaved: c.rope_interleaved };
@@ -185,6 +240,14 @@ impl Llama {
 
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
+    }
+
+    /// Layer `li`'s attention; only the forward pass's attention steps ask, and only of attention layers.
+    fn attention(&self, li: usize) -> &Attention {
+        match &self.layers[li].mixer {
+            Mixer::Attention(a) => a,
+            Mixer::Linear(_) => unreachable!("layer {li} is linear attention"),
+        }
     }
 
     /// Sets the arithmetic quantized weights meet activations in: f32 by default, or integer as llama.cpp's CPU path.
@@ -199,7 +262,7 @@ impl Llama {
 
     /// Bytes held by the weights.
     pub fn num_weight_bytes(&self) -> usize {
-        let l = |l: &Layer| l.attn.qkv.num_bytes() + l.attn.o.num_bytes() + l.mlp.num_bytes();
+        let l = |l: &Layer| l.mixer.num_bytes() + l.mlp.num_bytes();
         self.embed.num_bytes()
             + self.lm_head.as_ref().map_or(0, Weight::num_bytes)
             + self.layers.iter().map(l).sum::<usize>()
@@ -212,7 +275,9 @@ impl Llama {
         let experts = c.moe.as_ref().map_or(0, |m| {
             m.num_experts + m.num_experts_per_tok * (3 * c.hidden_size + 3 * m.expert_intermediate_size)
         });
-        let per_token = 4 * c.hidden_size + qkv + c.num_heads * c.head_dim + 3 * c.intermediate_size + experts;
+        let linear = c.hybrid.as_ref().map_or(0, |h| 3 * h.row_width() + 2 * h.num_v_heads * h.v_head_dim);
+        let per_token =
+            4 * c.hidden_size + 2 * qkv + c.num_heads * c.head_dim + 3 * c.intermediate_size + experts + linear;
         4 * (num_tokens * per_token + num_lanes * (c.vocab_size + c.hidden_size))
     }
 }
@@ -272,6 +337,7 @@ impl Llama {
             x: Vec::new(),
             normed: Vec::new(),
             qkv: Vec::new(),
+            gate: Vec::new(),
             attn: Vec::new(),
             delta: Vec::new(),
             act: Vec::new(),
@@ -292,6 +358,8 @@ struct CpuPass<'a, 'l> {
     x: Vec<f32>,
     normed: Vec<f32>,
     qkv: Vec<f32>,
+    /// Each row's attention output gates, where the attention is gated.
+    gate: Vec<f32>,
     attn: Vec<f32>,
     delta: Vec<f32>,
     act: Vec<f32>,
@@ -323,19 +391,35 @@ impl LlamaSteps for CpuPass<'_, '_> {
     }
 
     fn qkv(&mut self, li: usize) -> Result<(), Self::Error> {
-        let (c, attn) = (&self.m.cfg, &self.m.layers[li].attn);
-        let width = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim;
-        self.qkv = vec![0f32; self.queries.len() * width];
+        let (c, attn) = (&self.m.cfg, self.m.attention(li));
+        let (q_dim, width) = (c.num_heads * c.head_dim, (c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
+        self.qkv = vec![0f32; self.queries.len() * attn.qkv.rows()];
         matmul_with(&self.normed, self.queries.len(), &attn.qkv, &mut self.qkv, self.m.activations);
         if let Some(b) = &attn.qkv_bias {
             ops::add_bias(&mut self.qkv, b);
+        }
+        if attn.gated {
+            // Each head's query is followed by its gate: the gates move out, the rows become q, k, v.
+            let (d, rows) = (c.head_dim, self.queries.len());
+            let (mut qkv, mut gate) = (vec![0f32; rows * width], vec![0f32; rows * q_dim]);
+            for ((src, dst), g) in
+                self.qkv.chunks_exact(width + q_dim).zip(qkv.chunks_exact_mut(width)).zip(gate.chunks_exact_mut(q_dim))
+            {
+                for (h, pair) in src[..2 * q_dim].chunks_exact(2 * d).enumerate() {
+                    dst[h * d..(h + 1) * d].copy_from_slice(&pair[..d]);
+                    g[h * d..(h + 1) * d].copy_from_slice(&pair[d..]);
+                }
+                dst[q_dim..].copy_from_slice(&src[2 * q_dim..]);
+            }
+            (self.qkv, self.gate) = (qkv, gate);
         }
         Ok(())
     }
 
     fn rope_store(&mut self, li: usize) -> Result<(), Self::Error> {
-        let (c, attn) = (&self.m.cfg, &self.m.layers[li].attn);
+        let (c, attn) = (&self.m.cfg, self.m.attention(li));
         let (q_dim, kv_dim) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        let layer = c.pool_layer(li);
         for (row, &(pos, pages)) in self.qkv.chunks_exact_mut(q_dim + 2 * kv_dim).zip(&self.queries) {
             let (q, kv) = row.split_at_mut(q_dim);
             let (k, v) = kv.split_at_mut(kv_dim);
@@ -343,9 +427,9 @@ impl LlamaSteps for CpuPass<'_, '_> {
                 ops::rms_norm_in_place(q, &n.q, c.rms_eps);
                 ops::rms_norm_in_place(k, &n.k, c.rms_eps);
             }
-            self.m.rope.apply(q, pos);
-            self.m.rope.apply(k, pos);
-            self.pool.write(li, pages, pos, k, v);
+            self.m.rope.apply_partial(q, c.head_dim, pos);
+            self.m.rope.apply_partial(k, c.head_dim, pos);
+            self.pool.write(layer, pages, pos, k, v);
         }
         Ok(())
     }
@@ -361,12 +445,15 @@ impl LlamaSteps for CpuPass<'_, '_> {
             .map(|(r, &(pos, pages))| Query { q: &r[..q_dim], pos, pages })
             .collect();
         self.attn = vec![0f32; self.queries.len() * q_dim];
-        attend(self.pool, li, &qs, c.num_heads, &mut self.attn);
+        attend(self.pool, c.pool_layer(li), &qs, c.num_heads, &mut self.attn);
         Ok(())
     }
 
     fn o_proj(&mut self, li: usize) -> Result<(), Self::Error> {
-        let attn = &self.m.layers[li].attn;
+        let attn = self.m.attention(li);
+        if attn.gated {
+            self.attn.iter_mut().zip(&self.gate).for_each(|(a, &g)| *a *= 1.0 / (1.0 + (-g).exp()));
+        }
         self.delta = vec![0f32; self.x.len()];
         matmul_with(&self.attn, self.queries.len(), &attn.o, &mut self.delta, self.m.activations);
         if let Some(b) = &attn.o_bias {
@@ -403,6 +490,19 @@ impl LlamaSteps for CpuPass<'_, '_> {
                 Ok(())
             }
         }
+    }
+
+    fn is_linear(&self, li: usize) -> bool {
+        matches!(self.m.layers[li].mixer, Mixer::Linear(_))
+    }
+
+    fn linear(&mut self, li: usize) -> Result<(), Self::Error> {
+        let (m, c) = (self.m, &self.m.cfg);
+        let (Mixer::Linear(net), Some(hc)) = (&m.layers[li].mixer, &c.hybrid) else {
+            unreachable!("layer {li} is not linear attention")
+        };
+        self.delta = net.forward(hc, c.pool_layer(li), c.rms_eps, self.pool, self.lanes, &self.normed, m.activations);
+        Ok(())
     }
 
     fn reduce(&mut self) -> Result<(), Self::Error> {

@@ -32,6 +32,15 @@ pub trait LlamaSteps {
         self.gate_up(li)?;
         self.down(li)
     }
+    /// Whether layer `li` mixes positions by linear attention rather than attention.
+    fn is_linear(&self, _li: usize) -> bool {
+        false
+    }
+    /// delta = layer `li`'s linear attention of normed, its recurrent state read and written in the lanes' pages; only
+    /// a backend whose `is_linear` says so is asked.
+    fn linear(&mut self, li: usize) -> Result<(), Self::Error> {
+        unreachable!("layer {li} has no linear attention on this backend")
+    }
     /// delta = the sum of every tensor-parallel rank's delta, in rank order; with one rank, nothing.
     fn reduce(&mut self) -> Result<(), Self::Error> {
         Ok(())
@@ -47,10 +56,14 @@ pub fn forward<S: LlamaSteps>(steps: &mut S, layers: usize) -> Result<(), S::Err
     steps.embed()?;
     for li in 0..layers {
         steps.norm(li, LayerNorm::Input)?;
-        steps.qkv(li)?;
-        steps.rope_store(li)?;
-        steps.attend(li)?;
-        steps.o_proj(li)?;
+        if steps.is_linear(li) {
+            steps.linear(li)?;
+        } else {
+            steps.qkv(li)?;
+            steps.rope_store(li)?;
+            steps.attend(li)?;
+            steps.o_proj(li)?;
+        }
         steps.reduce()?;
         steps.add()?;
         steps.norm(li, LayerNorm::PostAttention)?;

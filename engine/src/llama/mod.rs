@@ -3,6 +3,7 @@
 pub mod config;
 pub mod cpu;
 pub mod cuda;
+mod deltanet;
 pub mod forward;
 pub mod moe;
 pub(crate) mod walk;

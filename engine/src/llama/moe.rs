@@ -21,6 +21,15 @@ pub(crate) struct MoeMlp {
     pub top_k: usize,
     /// Divide the chosen probabilities by their sum.
     pub norm_topk_prob: bool,
+    /// An expert every row also runs, where the layer has one (Qwen3-Next).
+    pub shared: Option<SharedExpert>,
+}
+
+/// An expert every row runs, its output scaled by the sigmoid of the row's gate logit.
+pub(crate) struct SharedExpert {
+    pub mlp: Expert,
+    /// 1 x hidden, f32.
+    pub gate: Weight,
 }
 
 /// One row's route: the chosen experts, most probable first, and the weight of each.
@@ -92,13 +101,24 @@ impl MoeMlp {
                 d.iter_mut().zip(y).for_each(|(d, &y)| *d += w * y);
             }
         }
+        if let Some(shared) = &self.shared {
+            // The shared expert's share comes last, after the routed experts' sum.
+            let out = shared.mlp.forward(x, num_rows, activations);
+            let mut logits = vec![0f32; num_rows];
+            matmul(x, num_rows, &shared.gate, &mut logits);
+            for ((d, y), &g) in delta.chunks_exact_mut(h).zip(out.chunks_exact(h)).zip(&logits) {
+                let w = 1.0 / (1.0 + (-g).exp());
+                d.iter_mut().zip(y).for_each(|(d, &y)| *d += w * y);
+            }
+        }
         delta
     }
 
     /// Bytes held by the router and the experts.
     pub fn num_bytes(&self) -> usize {
         let expert = |e: &Expert| e.gate.num_bytes() + e.up.num_bytes() + e.down.num_bytes();
-        self.router.num_bytes() + self.experts.iter().map(expert).sum::<usize>()
+        let shared = self.shared.as_ref().map_or(0, |s| expert(&s.mlp) + s.gate.num_bytes());
+        self.router.num_bytes() + self.experts.iter().map(expert).sum::<usize>() + shared
     }
 }
 
@@ -144,7 +164,7 @@ mod tests {
         let expert =
             |seed: &mut u64| Expert { gate: matrix(seed, 6, 8), up: matrix(seed, 6, 8), down: matrix(seed, 8, 6) };
         let experts = (0..12).map(|_| expert(seed)).collect();
-        MoeMlp { router, experts, top_k: 3, norm_topk_prob }
+        MoeMlp { router, experts, top_k: 3, norm_topk_prob, shared: None }
     }
 
     fn bits(v: &[f32]) -> Vec<u32> {

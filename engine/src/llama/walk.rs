@@ -27,6 +27,15 @@ pub(crate) mod names {
     pub const GATE: &str = "mlp.gate_proj.weight";
     pub const UP: &str = "mlp.up_proj.weight";
     pub const DOWN: &str = "mlp.down_proj.weight";
+    pub const QKVZ: &str = "linear_attn.in_proj_qkvz.weight";
+    pub const BA: &str = "linear_attn.in_proj_ba.weight";
+    pub const CONV: &str = "linear_attn.conv1d.weight";
+    pub const A_LOG: &str = "linear_attn.A_log";
+    pub const DT_BIAS: &str = "linear_attn.dt_bias";
+    pub const LINEAR_NORM: &str = "linear_attn.norm.weight";
+    pub const LINEAR_OUT: &str = "linear_attn.out_proj.weight";
+    pub const SHARED: &str = "mlp.shared_expert.";
+    pub const SHARED_GATE: &str = "mlp.shared_expert_gate.weight";
 }
 
 /// Where a layer's experts live and what their projections are called.
@@ -84,6 +93,23 @@ pub(crate) struct LayerTensors {
     pub down: MatrixSpec,
     /// The mixture of experts that replaces the dense MLP in this layer, where it does.
     pub experts: Option<ExpertTensors>,
+    /// Linear attention in place of attention, where the layer has it; the attention specs then name nothing.
+    pub linear: Option<LinearTensors>,
+}
+
+/// A Gated DeltaNet layer's tensors (Qwen3-Next's layout).
+pub(crate) struct LinearTensors {
+    /// q, k, v and the output gate z of every key head's group, end to end per group.
+    pub qkvz: MatrixSpec,
+    /// Beta, then the decay's input, of every key head's group.
+    pub ba: MatrixSpec,
+    /// The depthwise convolution: channels x taps.
+    pub conv: MatrixSpec,
+    pub a_log: Vec<f32>,
+    pub dt_bias: Vec<f32>,
+    /// The gated norm's weight, shared by the value heads.
+    pub norm: Vec<f32>,
+    pub out: MatrixSpec,
 }
 
 /// A layer's mixture of experts: the router (experts x hidden) and each expert's gated MLP, named and shaped.
@@ -92,6 +118,8 @@ pub(crate) struct ExpertTensors {
     pub experts: Vec<ExpertMlp>,
     pub top_k: usize,
     pub norm_topk_prob: bool,
+    /// The shared expert and its gate (1 x hidden), where the layer has one.
+    pub shared: Option<(ExpertMlp, MatrixSpec)>,
 }
 
 pub(crate) struct ExpertMlp {
@@ -107,7 +135,8 @@ impl Loader<'_> {
         let spec = |tail: &str, rows, cols| MatrixSpec { name: name(tail), rows, cols };
         let (h, f) = (c.hidden_size, c.intermediate_size);
         let (q_dim, kv_dim) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
-        let qkv_bias = match c.attn_bias {
+        let linear = c.is_linear(i);
+        let qkv_bias = match c.attn_bias && !linear {
             true => {
                 let mut b = self.vector(&name(names::Q_BIAS), q_dim)?;
                 b.extend(self.vector(&name(names::K_BIAS), kv_dim)?);
@@ -116,7 +145,7 @@ impl Loader<'_> {
             }
             false => None,
         };
-        let qk_norm = match c.qk_norm {
+        let qk_norm = match c.qk_norm && !linear {
             true => {
                 Some((self.vector(&name(names::Q_NORM), c.head_dim)?, self.vector(&name(names::K_NORM), c.head_dim)?))
             }
@@ -128,7 +157,8 @@ impl Loader<'_> {
         };
         Ok(LayerTensors {
             input_norm: self.vector(&name(names::INPUT_NORM), h)?,
-            q: spec(names::Q, q_dim, h),
+            // A hybrid's attention gates its output by a sigmoid that its query projection also gives.
+            q: spec(names::Q, if c.hybrid.is_some() { 2 * q_dim } else { q_dim }, h),
             k: spec(names::K, kv_dim, h),
             v: spec(names::V, kv_dim, h),
             qkv_bias,
@@ -140,6 +170,28 @@ impl Loader<'_> {
             up: spec(names::UP, f, h),
             down: spec(names::DOWN, h, f),
             experts: self.expert_tensors(i, c),
+            linear: match linear {
+                true => Some(self.linear_tensors(i, c)?),
+                false => None,
+            },
+        })
+    }
+
+    /// Layer `i`'s Gated DeltaNet, its vectors read.
+    fn linear_tensors(&self, i: usize, c: &ModelConfig) -> Result<LinearTensors, LoadError> {
+        let hc = c.hybrid.as_ref().expect("a linear layer is a hybrid's");
+        let name = |tail: &str| format!("{}{i}.{tail}", names::LAYERS);
+        let spec = |tail: &str, rows, cols| MatrixSpec { name: name(tail), rows, cols };
+        let (h, nv) = (c.hidden_size, hc.num_v_heads);
+        let value_dim = nv * hc.v_head_dim;
+        Ok(LinearTensors {
+            qkvz: spec(names::QKVZ, hc.conv_dim() + value_dim, h),
+            ba: spec(names::BA, 2 * nv, h),
+            conv: spec(names::CONV, hc.conv_dim(), hc.conv_kernel),
+            a_log: self.vector(&name(names::A_LOG), nv)?,
+            dt_bias: self.vector(&name(names::DT_BIAS), nv)?,
+            norm: self.vector(&name(names::LINEAR_NORM), hc.v_head_dim)?,
+            out: spec(names::LINEAR_OUT, h, value_dim),
         })
     }
 
@@ -162,7 +214,18 @@ impl Loader<'_> {
             ExpertMlp { gate: spec(layout.gate, f, h), up: spec(layout.up, f, h), down: spec(layout.down, h, f) }
         };
         let experts = (0..moe.num_experts).map(expert).collect();
-        Some(ExpertTensors { router, experts, top_k: moe.num_experts_per_tok, norm_topk_prob: moe.norm_topk_prob })
+        let shared = moe.shared_expert_size.map(|s| {
+            let spec =
+                |tail: &str, rows, cols| MatrixSpec { name: name(&format!("{}{tail}", names::SHARED)), rows, cols };
+            let mlp = ExpertMlp {
+                gate: spec(QWEN_EXPERTS.gate, s, h),
+                up: spec(QWEN_EXPERTS.up, s, h),
+                down: spec(QWEN_EXPERTS.down, h, s),
+            };
+            (mlp, MatrixSpec { name: name(names::SHARED_GATE), rows: 1, cols: h })
+        });
+        let (top_k, norm_topk_prob) = (moe.num_experts_per_tok, moe.norm_topk_prob);
+        Some(ExpertTensors { router, experts, top_k, norm_topk_prob, shared })
     }
 
     /// The LM head; None where it is the embedding, tied and not stored.

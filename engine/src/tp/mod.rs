@@ -230,7 +230,7 @@ mod tests {
 
     impl Engine for Adds {
         fn kv_layout(&self, page_tokens: usize) -> KvLayout {
-            KvLayout { num_layers: 1, num_kv_heads: 1, head_dim: 1, page_tokens, elem_bytes: 4 }
+            KvLayout { num_layers: 1, num_kv_heads: 1, head_dim: 1, page_tokens, elem_bytes: 4, state_elems: 0 }
         }
 
         fn vocab_size(&self) -> usize {

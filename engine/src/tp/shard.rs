@@ -222,6 +222,7 @@ mod moe_tests {
             norm_topk_prob: true,
             dense_layers: vec![],
             sparse_step: 1,
+            shared_expert_size: None,
         };
         ModelConfig {
             arch: "qwen3_moe".into(),
@@ -241,6 +242,7 @@ mod moe_tests {
             attn_bias: false,
             qk_norm: true,
             moe: Some(moe),
+            hybrid: None,
         }
     }
 
@@ -253,5 +255,18 @@ mod moe_tests {
         assert!(err.contains("qwen3_moe is a mixture-of-experts model") && err.contains("CUDA"), "{err}");
         let dense = ConfigOnly(ModelConfig { moe: None, ..qwen3_moe() });
         assert!(ShardedCheckpoint::new(&dense, 0, 2).is_ok() && crate::model::refuse_moe(&dense, "x").is_ok());
+        let linear = vec![true];
+        let hybrid = crate::llama::config::HybridConfig {
+            linear,
+            num_k_heads: 1,
+            num_v_heads: 1,
+            k_head_dim: 4,
+            v_head_dim: 4,
+            conv_kernel: 4,
+            rotary_dim: 2,
+        };
+        let ckpt = ConfigOnly(ModelConfig { arch: "qwen3_next".into(), hybrid: Some(hybrid), ..qwen3_moe() });
+        let err = ShardedCheckpoint::new(&ckpt, 0, 2).err().expect("sharding a hybrid should fail").to_string();
+        assert!(err.contains("qwen3_next is a hybrid linear-attention model") && err.contains("tensor"), "{err}");
     }
 }
