@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import transformers
 from checkpoint_moe import check_moe_layers, expert_layout, router_gaps
+from checkpoint_next import NEXT_SHAPES, add_mtp, mtp_golden
 from transformers import (
     AutoModelForCausalLM,
     LlamaConfig,
@@ -145,32 +146,6 @@ SHAPES = {
             num_experts_per_tok=2,
         ),
     ),
-    # Flash Next: three Gated DeltaNet layers around one gated attention layer; layer 1's MLP is dense, the others
-    # are experts with a gated shared expert. Key heads 2 under value heads 4 keeps the grouping in play.
-    "tiny-qwen3-next": (
-        "qwen3_next",
-        dict(
-            TINY,
-            num_hidden_layers=4,
-            layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
-            head_dim=32,
-            rms_norm_eps=1e-6,
-            rope_parameters=dict(rope_type="default", rope_theta=1000000.0, partial_rotary_factor=0.25),
-            tie_word_embeddings=False,
-            linear_conv_kernel_dim=4,
-            linear_key_head_dim=16,
-            linear_value_head_dim=16,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            num_experts=16,
-            num_experts_per_tok=4,
-            moe_intermediate_size=32,
-            shared_expert_intermediate_size=48,
-            norm_topk_prob=True,
-            decoder_sparse_step=1,
-            mlp_only_layers=[1],
-        ),
-    ),
     # A reduced Qwen3-MoE for the CPU bench against llama.cpp (docs/benchmarks-moe.md): 64 experts of 384, top 8.
     "qwen3-moe-cpu-bench": (
         "qwen3_moe",
@@ -234,6 +209,7 @@ SHAPES = {
             eos_token_id=151643,
         ),
     ),
+    **NEXT_SHAPES,
     "qwen3-8b": (
         "qwen3",
         dict(
@@ -542,6 +518,9 @@ def golden(out, shape, seed):
             record["router_gaps"] = f32_list(gaps)
         if i == ALL_POSITIONS_PROMPT:
             record["all_logits"] = [f32_list(row) for row in logits]
+        mtp = mtp_golden(model, out, ids)
+        if mtp is not None:
+            record["mtp_logits"] = [f32_list(row) for row in mtp]
         record["greedy"] = tokens
         record["greedy_margins"] = [F32(m) for m in margins]
         records.append(record)
@@ -565,7 +544,7 @@ def check_round_trip(path, reference):
     """Reads the written file back and demands every logit is the same float32, bit for bit."""
     written = json.loads(path.read_text())
     for got, want in zip(written["prompts"], reference["prompts"]):
-        for key in ("last_logits", "all_logits", "greedy_margins", "router_gaps"):
+        for key in ("last_logits", "all_logits", "greedy_margins", "router_gaps", "mtp_logits"):
             if key in want:
                 a = np.array(got[key], dtype=np.float32).reshape(-1)
                 b = np.array([v.value for v in flatten(want[key])], dtype=np.float32)
@@ -601,6 +580,8 @@ def main():
     torch.use_deterministic_algorithms(True)
     model = build_model(args.shape, dtype, args.seed, args.layers, init_device)
     save(model, args.out, args.max_shard_size, tiny)
+    if model.config.model_type == "qwen3_next":
+        add_mtp(args.out, model, args.seed)
     if args.tokenizer if args.tokenizer is not None else not tiny:
         write_tokenizer(args.out, SHAPES[args.shape][0], model.config)
     del model

@@ -5,7 +5,6 @@ use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneRows, LaneStep,
 use tensorfold_kernels::attention::{attend, Query};
 use tensorfold_kernels::matmul::{matmul_with, Activations};
 use tensorfold_kernels::ops::{self, Rope};
-use tensorfold_kernels::weight::concat_rows;
 use tensorfold_kernels::Weight;
 
 use crate::checkpoint::Checkpoint;
@@ -13,29 +12,30 @@ use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
 use crate::llama::deltanet::DeltaNet;
 use crate::llama::forward::{forward, LayerNorm, LlamaSteps};
-use crate::llama::moe::{Expert, MoeMlp, SharedExpert};
-use crate::llama::walk::{names, ExpertTensors, LinearTensors, MatrixSpec};
+use crate::llama::load::{activations_from_env, rope_inv_freq, Loader};
+use crate::llama::moe::MoeMlp;
+use crate::llama::walk::names;
 use crate::tp::collective::Collective;
 
 /// Per-head RMSNorm weights of q and k (Qwen3).
-struct QkNorm {
-    q: Vec<f32>,
-    k: Vec<f32>,
+pub(super) struct QkNorm {
+    pub(super) q: Vec<f32>,
+    pub(super) k: Vec<f32>,
 }
 
-struct Attention {
+pub(super) struct Attention {
     /// q, k and v projections stacked by rows.
-    qkv: Weight,
-    qkv_bias: Option<Vec<f32>>,
-    qk_norm: Option<QkNorm>,
-    o: Weight,
-    o_bias: Option<Vec<f32>>,
+    pub(super) qkv: Weight,
+    pub(super) qkv_bias: Option<Vec<f32>>,
+    pub(super) qk_norm: Option<QkNorm>,
+    pub(super) o: Weight,
+    pub(super) o_bias: Option<Vec<f32>>,
     /// The query projection also gives each head a gate; the output is scaled by its sigmoid (Qwen3-Next).
-    gated: bool,
+    pub(super) gated: bool,
 }
 
 /// What mixes a layer's positions: attention over the KV cache, or a linear recurrence.
-enum Mixer {
+pub(super) enum Mixer {
     Attention(Attention),
     Linear(DeltaNet),
 }
@@ -49,14 +49,14 @@ impl Mixer {
     }
 }
 
-struct Mlp {
+pub(super) struct Mlp {
     /// gate and up projections stacked by rows.
-    gate_up: Weight,
-    down: Weight,
+    pub(super) gate_up: Weight,
+    pub(super) down: Weight,
 }
 
 /// A layer's MLP: dense, or a mixture of experts.
-enum LayerMlp {
+pub(super) enum LayerMlp {
     Dense(Mlp),
     Moe(Box<MoeMlp>),
 }
@@ -70,11 +70,11 @@ impl LayerMlp {
     }
 }
 
-struct Layer {
-    input_norm: Vec<f32>,
-    mixer: Mixer,
-    post_attn_norm: Vec<f32>,
-    mlp: LayerMlp,
+pub(super) struct Layer {
+    pub(super) input_norm: Vec<f32>,
+    pub(super) mixer: Mixer,
+    pub(super) post_attn_norm: Vec<f32>,
+    pub(super) mlp: LayerMlp,
 }
 
 pub struct Llama {
@@ -89,124 +89,6 @@ pub struct Llama {
     collective: Option<Box<dyn Collective>>,
     /// The arithmetic quantized weights meet activations in.
     activations: Activations,
-}
-
-/// Loads tensors by Hugging Face name and checks their shapes against the config.
-pub(crate) struct Loader<'a> {
-    pub(crate) ckpt: &'a dyn Checkpoint,
-}
-
-impl Loader<'_> {
-    pub(crate) fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight, LoadError> {
-        let w = self.ckpt.weight(name)?;
-        if (w.rows(), w.cols()) != (rows, cols) {
-            let fault = format!("shape {}x{} disagrees with the config's {rows}x{cols}", w.rows(), w.cols());
-            return Err(LoadError::Tensor { path: self.ckpt.path().into(), name: name.into(), fault });
-        }
-        Ok(w)
-    }
-
-    pub(crate) fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, LoadError> {
-        Ok(self.matrix(name, 1, len)?.to_f32())
-    }
-
-    fn layer(&self, i: usize, c: &ModelConfig) -> Result<Layer, LoadError> {
-        let mut t = self.layer_tensors(i, c)?;
-        let read = |m: &MatrixSpec| self.matrix(&m.name, m.rows, m.cols);
-        // A hybrid's norms scale by one plus their weight; the gated norm of its linear layers does not.
-        let centre = |v: &mut Vec<f32>| v.iter_mut().for_each(|w| *w += 1.0);
-        if c.hybrid.is_some() {
-            [&mut t.input_norm, &mut t.post_norm].into_iter().for_each(centre);
-            if let Some((q, k)) = &mut t.qk_norm {
-                [q, k].into_iter().for_each(centre);
-            }
-        }
-        let mixer = match t.linear.take() {
-            Some(l) => Mixer::Linear(self.delta_net(l)?),
-            None => {
-                let qkv = concat_rows(&[read(&t.q)?, read(&t.k)?, read(&t.v)?]);
-                let qk_norm = t.qk_norm.map(|(q, k)| QkNorm { q, k });
-                let (o, o_bias, gated) = (read(&t.o)?, t.o_bias, c.hybrid.is_some());
-                Mixer::Attention(Attention { qkv, qkv_bias: t.qkv_bias, qk_norm, o, o_bias, gated })
-            }
-        };
-        let mlp = match &t.experts {
-            Some(experts) => LayerMlp::Moe(Box::new(self.experts(experts)?)),
-            None => {
-                LayerMlp::Dense(Mlp { gate_up: concat_rows(&[read(&t.gate)?, read(&t.up)?]), down: read(&t.down)? })
-            }
-        };
-        Ok(Layer { input_norm: t.input_norm, mixer, post_attn_norm: t.post_norm, mlp })
-    }
-
-    fn delta_net(&self, t: LinearTensors) -> Result<DeltaNet, LoadError> {
-        let read = |m: &MatrixSpec| self.matrix(&m.name, m.rows, m.cols);
-        Ok(DeltaNet {
-            qkvz: read(&t.qkvz)?,
-            ba: read(&t.ba)?,
-            conv: read(&t.conv)?.to_f32(),
-            neg_a: t.a_log.iter().map(|a| -a.exp()).collect(),
-            dt_bias: t.dt_bias,
-            norm: t.norm,
-            out: read(&t.out)?,
-        })
-    }
-
-    fn experts(&self, t: &ExpertTensors) -> Result<MoeMlp, LoadError> {
-        let read = |m: &MatrixSpec| self.matrix(&m.name, m.rows, m.cols);
-        let r = &t.router;
-        let router = Weight::F32 { rows: r.rows, cols: r.cols, data: read(r)?.to_f32() };
-        let experts = t
-            .experts
-            .iter()
-            .map(|e| Ok(Expert { gate: read(&e.gate)?, up: read(&e.up)?, down: read(&e.down)? }))
-            .collect::<Result<_, LoadError>>()?;
-        let shared = match &t.shared {
-            Some((e, gate)) => Some(SharedExpert {
-                mlp: Expert { gate: read(&e.gate)?, up: read(&e.up)?, down: read(&e.down)? },
-                gate: Weight::F32 { rows: 1, cols: gate.cols, data: read(gate)?.to_f32() },
-            }),
-            None => None,
-        };
-        Ok(MoeMlp { router, experts, top_k: t.top_k, norm_topk_prob: t.norm_topk_prob, shared })
-    }
-}
-
-/// `TF_CPU_ACTIVATIONS` (`int8` or `f32`) picks the arithmetic of quantized weights; unset, the default.
-fn activations_from_env(ckpt: &dyn Checkpoint) -> Result<Activations, LoadError> {
-    match std::env::var("TF_CPU_ACTIVATIONS") {
-        Err(_) => Ok(Activations::default()),
-        Ok(name) => Activations::parse(&name)
-            .ok_or_else(|| LoadError::format(ckpt.path(), format!("TF_CPU_ACTIVATIONS is {name:?}, not int8 or f32"))),
-    }
-}
-
-/// Inverse frequencies as Hugging Face computes them, with Llama 3 scaling or GGUF frequency factors.
-pub(crate) fn rope_inv_freq(c: &ModelConfig, factors: Option<&[f32]>) -> Vec<f32> {
-    let d = c.hybrid.as_ref().map_or(c.head_dim, |h| h.rotary_dim);
-    let base: Vec<f32> =
-        (0..d / 2).map(|i| (1.0 / (c.rope_theta as f64).powf((2 * i) as f64 / d as f64)) as f32).collect();
-    if let Some(factors) = factors {
-        return base.iter().zip(factors).map(|(f, s)| f / s).collect();
-    }
-    let Some(s) = &c.rope_scaling else {
-        return base;
-    };
-    let old = s.original_max_position as f32;
-    let (low_wavelen, high_wavelen) = (old / s.low_freq_factor, old / s.high_freq_factor);
-    base.iter()
-        .map(|&f| {
-            let wavelen = 2.0 * std::f32::consts::PI / f;
-            if wavelen < high_wavelen {
-                f
-            } else if wavelen > low_wavelen {
-                f / s.factor
-            } else {
-                let smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-                (1.0 - smooth) * f / s.factor + smooth * f
-            }
-        })
-        .collect()
 }
 
 impl Llama {

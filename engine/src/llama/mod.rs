@@ -5,8 +5,9 @@ pub mod cpu;
 pub mod cuda;
 mod deltanet;
 pub mod forward;
+mod load;
 pub mod moe;
 pub(crate) mod walk;
 
 pub use cpu::Llama;
-pub(crate) use cpu::{rope_inv_freq, Loader};
+pub(crate) use load::{rope_inv_freq, Loader};

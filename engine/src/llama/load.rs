@@ -1,0 +1,132 @@
+//! Reading a Llama-family model's tensors: by Hugging Face name, shapes checked against the config, each layer's
+//! parts put together for the CPU model.
+
+use tensorfold_kernels::matmul::Activations;
+use tensorfold_kernels::weight::concat_rows;
+use tensorfold_kernels::Weight;
+
+use crate::checkpoint::Checkpoint;
+use crate::error::LoadError;
+use crate::llama::config::ModelConfig;
+use crate::llama::cpu::{Attention, Layer, LayerMlp, Mixer, Mlp, QkNorm};
+use crate::llama::deltanet::DeltaNet;
+use crate::llama::moe::{Expert, MoeMlp, SharedExpert};
+use crate::llama::walk::{ExpertTensors, LinearTensors, MatrixSpec};
+
+/// Loads tensors by Hugging Face name and checks their shapes against the config.
+pub(crate) struct Loader<'a> {
+    pub(crate) ckpt: &'a dyn Checkpoint,
+}
+
+impl Loader<'_> {
+    pub(crate) fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight, LoadError> {
+        let w = self.ckpt.weight(name)?;
+        if (w.rows(), w.cols()) != (rows, cols) {
+            let fault = format!("shape {}x{} disagrees with the config's {rows}x{cols}", w.rows(), w.cols());
+            return Err(LoadError::Tensor { path: self.ckpt.path().into(), name: name.into(), fault });
+        }
+        Ok(w)
+    }
+
+    pub(crate) fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, LoadError> {
+        Ok(self.matrix(name, 1, len)?.to_f32())
+    }
+
+    pub(super) fn layer(&self, i: usize, c: &ModelConfig) -> Result<Layer, LoadError> {
+        let mut t = self.layer_tensors(i, c)?;
+        let read = |m: &MatrixSpec| self.matrix(&m.name, m.rows, m.cols);
+        // A hybrid's norms scale by one plus their weight; the gated norm of its linear layers does not.
+        let centre = |v: &mut Vec<f32>| v.iter_mut().for_each(|w| *w += 1.0);
+        if c.hybrid.is_some() {
+            [&mut t.input_norm, &mut t.post_norm].into_iter().for_each(centre);
+            if let Some((q, k)) = &mut t.qk_norm {
+                [q, k].into_iter().for_each(centre);
+            }
+        }
+        let mixer = match t.linear.take() {
+            Some(l) => Mixer::Linear(self.delta_net(l)?),
+            None => {
+                let qkv = concat_rows(&[read(&t.q)?, read(&t.k)?, read(&t.v)?]);
+                let qk_norm = t.qk_norm.map(|(q, k)| QkNorm { q, k });
+                let (o, o_bias, gated) = (read(&t.o)?, t.o_bias, c.hybrid.is_some());
+                Mixer::Attention(Attention { qkv, qkv_bias: t.qkv_bias, qk_norm, o, o_bias, gated })
+            }
+        };
+        let mlp = match &t.experts {
+            Some(experts) => LayerMlp::Moe(Box::new(self.experts(experts)?)),
+            None => {
+                LayerMlp::Dense(Mlp { gate_up: concat_rows(&[read(&t.gate)?, read(&t.up)?]), down: read(&t.down)? })
+            }
+        };
+        Ok(Layer { input_norm: t.input_norm, mixer, post_attn_norm: t.post_norm, mlp })
+    }
+
+    fn delta_net(&self, t: LinearTensors) -> Result<DeltaNet, LoadError> {
+        let read = |m: &MatrixSpec| self.matrix(&m.name, m.rows, m.cols);
+        Ok(DeltaNet {
+            qkvz: read(&t.qkvz)?,
+            ba: read(&t.ba)?,
+            conv: read(&t.conv)?.to_f32(),
+            neg_a: t.a_log.iter().map(|a| -a.exp()).collect(),
+            dt_bias: t.dt_bias,
+            norm: t.norm,
+            out: read(&t.out)?,
+        })
+    }
+
+    fn experts(&self, t: &ExpertTensors) -> Result<MoeMlp, LoadError> {
+        let read = |m: &MatrixSpec| self.matrix(&m.name, m.rows, m.cols);
+        let r = &t.router;
+        let router = Weight::F32 { rows: r.rows, cols: r.cols, data: read(r)?.to_f32() };
+        let experts = t
+            .experts
+            .iter()
+            .map(|e| Ok(Expert { gate: read(&e.gate)?, up: read(&e.up)?, down: read(&e.down)? }))
+            .collect::<Result<_, LoadError>>()?;
+        let shared = match &t.shared {
+            Some((e, gate)) => Some(SharedExpert {
+                mlp: Expert { gate: read(&e.gate)?, up: read(&e.up)?, down: read(&e.down)? },
+                gate: Weight::F32 { rows: 1, cols: gate.cols, data: read(gate)?.to_f32() },
+            }),
+            None => None,
+        };
+        Ok(MoeMlp { router, experts, top_k: t.top_k, norm_topk_prob: t.norm_topk_prob, shared })
+    }
+}
+
+/// `TF_CPU_ACTIVATIONS` (`int8` or `f32`) picks the arithmetic of quantized weights; unset, the default.
+pub(super) fn activations_from_env(ckpt: &dyn Checkpoint) -> Result<Activations, LoadError> {
+    match std::env::var("TF_CPU_ACTIVATIONS") {
+        Err(_) => Ok(Activations::default()),
+        Ok(name) => Activations::parse(&name)
+            .ok_or_else(|| LoadError::format(ckpt.path(), format!("TF_CPU_ACTIVATIONS is {name:?}, not int8 or f32"))),
+    }
+}
+
+/// Inverse frequencies as Hugging Face computes them, with Llama 3 scaling or GGUF frequency factors.
+pub(crate) fn rope_inv_freq(c: &ModelConfig, factors: Option<&[f32]>) -> Vec<f32> {
+    let d = c.hybrid.as_ref().map_or(c.head_dim, |h| h.rotary_dim);
+    let base: Vec<f32> =
+        (0..d / 2).map(|i| (1.0 / (c.rope_theta as f64).powf((2 * i) as f64 / d as f64)) as f32).collect();
+    if let Some(factors) = factors {
+        return base.iter().zip(factors).map(|(f, s)| f / s).collect();
+    }
+    let Some(s) = &c.rope_scaling else {
+        return base;
+    };
+    let old = s.original_max_position as f32;
+    let (low_wavelen, high_wavelen) = (old / s.low_freq_factor, old / s.high_freq_factor);
+    base.iter()
+        .map(|&f| {
+            let wavelen = 2.0 * std::f32::consts::PI / f;
+            if wavelen < high_wavelen {
+                f
+            } else if wavelen > low_wavelen {
+                f / s.factor
+            } else {
+                let smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+                (1.0 - smooth) * f / s.factor + smooth * f
+            }
+        })
+        .collect()
+}

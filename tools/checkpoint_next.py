@@ -1,0 +1,152 @@
+"""Qwen3-Next (Flash Next) helpers of make_checkpoint.py: its tiny shape, its MTP head, and the head's goldens.
+
+Transformers runs Qwen3-Next without its multi-token-prediction (MTP) head and skips `mtp.*` weights on load. The
+head here is built from transformers' own Qwen3-Next layers, wired as vLLM's Qwen3-Next MTP predictor wires them:
+the next token's embedding and the main model's final hidden state (after its last norm) each RMS-normed, joined
+embedding first, projected by `fc` to the hidden size, one full-attention decoder layer, a norm, then the main
+model's output head. Row i reads the hidden state of position i and the token of position i + 1, at position i.
+"""
+
+import copy
+import json
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers.models.qwen3_next import modeling_qwen3_next as qn
+
+NEXT_SHAPES = {
+    # Flash Next: three Gated DeltaNet layers around one gated attention layer; layer 1's MLP is dense, the others
+    # are experts with a gated shared expert. Key heads 2 under value heads 4 keeps the grouping in play.
+    "tiny-qwen3-next": (
+        "qwen3_next",
+        dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=512,
+            max_position_embeddings=256,
+            initializer_range=0.1,
+            bos_token_id=None,
+            eos_token_id=None,
+            pad_token_id=None,
+            num_hidden_layers=4,
+            layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+            head_dim=32,
+            rms_norm_eps=1e-6,
+            rope_parameters=dict(rope_type="default", rope_theta=1000000.0, partial_rotary_factor=0.25),
+            tie_word_embeddings=False,
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            num_experts=16,
+            num_experts_per_tok=4,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[1],
+        ),
+    ),
+}
+
+
+class MtpHead(torch.nn.Module):
+    """One MTP layer over a Qwen3-Next config: a full-attention decoder layer with the model's MLP kind."""
+
+    def __init__(self, config):
+        super().__init__()
+        layer_config = copy.deepcopy(config)
+        layer_config.layer_types = ["full_attention"]
+        layer_config.mlp_only_layers = []
+        h, eps = config.hidden_size, config.rms_norm_eps
+        self.fc = torch.nn.Linear(2 * h, h, bias=False)
+        self.pre_fc_norm_embedding = qn.Qwen3NextRMSNorm(h, eps=eps)
+        self.pre_fc_norm_hidden = qn.Qwen3NextRMSNorm(h, eps=eps)
+        self.layers = torch.nn.ModuleList([qn.Qwen3NextDecoderLayer(layer_config, 0)])
+        self.norm = qn.Qwen3NextRMSNorm(h, eps=eps)
+
+    def forward(self, model, ids, hidden):
+        """Logits of each row: row i joins token ids[i + 1] with hidden[i], at position i."""
+        n = len(ids) - 1
+        embeds = model.model.embed_tokens(torch.tensor([ids[1:]]))
+        x = self.fc(torch.cat([self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(hidden[:, :n])], dim=-1))
+        positions = torch.arange(n)[None]
+        rope = model.model.rotary_emb(x, positions)
+        mask = torch.full((n, n), float("-inf")).triu(1)[None, None]
+        x = self.layers[0](x, position_embeddings=rope, attention_mask=mask, position_ids=positions)
+        return model.lm_head(self.norm(x))
+
+
+def seeded_mtp(config, seed):
+    """An MTP head with seeded weights: norms near one (they scale by one plus their weight), the rest normal."""
+    torch.manual_seed(seed + 3)
+    head = MtpHead(config)
+    generator = torch.Generator().manual_seed(seed + 4)
+    with torch.no_grad():
+        for name, param in head.named_parameters():
+            noise = torch.randn(param.shape, generator=generator)
+            scale = 0.2 if name.endswith("norm.weight") else config.initializer_range
+            param.copy_(scale * noise)
+    return head.eval()
+
+
+def mtp_tensors(head, config):
+    """The head's tensors under the published checkpoints' names, experts one tensor each."""
+    out = {}
+    for name, tensor in head.state_dict().items():
+        if name.endswith("experts.gate_up_proj"):
+            prefix, width = name[: -len("gate_up_proj")], config.moe_intermediate_size
+            for e, stacked in enumerate(tensor):
+                out[f"mtp.{prefix}{e}.gate_proj.weight"] = stacked[:width]
+                out[f"mtp.{prefix}{e}.up_proj.weight"] = stacked[width:]
+        elif name.endswith("experts.down_proj"):
+            prefix = name[: -len("down_proj")]
+            for e, down in enumerate(tensor):
+                out[f"mtp.{prefix}{e}.down_proj.weight"] = down
+        else:
+            out[f"mtp.{name}"] = tensor
+    return {name: t.contiguous().clone() for name, t in out.items()}
+
+
+def add_mtp(out, model, seed):
+    """Adds a seeded MTP head to a saved Qwen3-Next checkpoint: its tensors and `num_nextn_predict_layers`."""
+    weights = out / "model.safetensors"
+    tensors = load_file(weights)
+    tensors.update(mtp_tensors(seeded_mtp(model.config, seed), model.config))
+    save_file(tensors, weights, metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text())
+    config["num_nextn_predict_layers"] = 1
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def load_mtp(out, model):
+    """The saved MTP head, read back from the checkpoint."""
+    head = MtpHead(model.config)
+    stacked = {}
+    tensors = {k[len("mtp.") :]: v for k, v in load_file(out / "model.safetensors").items() if k.startswith("mtp.")}
+    for name, param in head.state_dict().items():
+        if name.endswith("experts.gate_up_proj"):
+            prefix = name[: -len("gate_up_proj")]
+            parts = [torch.cat([tensors[f"{prefix}{e}.gate_proj.weight"], tensors[f"{prefix}{e}.up_proj.weight"]])
+                     for e in range(param.shape[0])]
+            stacked[name] = torch.stack(parts)
+        elif name.endswith("experts.down_proj"):
+            prefix = name[: -len("down_proj")]
+            stacked[name] = torch.stack([tensors[f"{prefix}{e}.down_proj.weight"] for e in range(param.shape[0])])
+        else:
+            stacked[name] = tensors[name]
+    head.load_state_dict(stacked)
+    return head.eval()
+
+
+@torch.no_grad()
+def mtp_golden(model, out, ids):
+    """The MTP head's logits of every row of a prompt (one fewer than its tokens), or None without a head."""
+    config = json.loads((out / "config.json").read_text())
+    if not config.get("num_nextn_predict_layers") or len(ids) < 2:
+        return None
+    hidden = model.model(torch.tensor([ids])).last_hidden_state
+    return load_mtp(out, model)(model, ids, hidden)[0]
