@@ -122,8 +122,9 @@ fn test_a_hybrid_model_lends_only_its_attention_pages() {
     server.wait_ready();
     lender.wait_for(&["lent", "bytes=4194304"]).expect("the daemon lent two slices");
     let log = plain(&server.stderr());
-    // Three linear layers, each 16 rows of 136 floats and a state of 4 heads of 16 x 16, in f32.
-    let own = "own_state_bytes_per_page=38400";
+    // Three linear layers, each 16 rows of 136 floats and a state of 4 heads of 16 x 16, and 16 hidden states of 64
+    // for the draft head, in f32.
+    let own = "own_state_bytes_per_page=42496";
     assert!(log.contains("recurrent state in own memory") && log.contains(own), "{log}");
     let body = json!({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0});
     let reply = server.post_json("/v1/chat/completions", &body);

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use serde_json::Value;
-use tensorfold_engine::boundary::Logits;
+use tensorfold_engine::boundary::{Engine, LaneStep, Logits};
 use tensorfold_engine::checkpoint::gguf_model::GgufCheckpoint;
 use tensorfold_engine::checkpoint::hf::HfCheckpoint;
 use tensorfold_engine::checkpoint::Checkpoint;
@@ -178,4 +178,33 @@ fn test_a_gguf_expert_is_its_rows_of_the_stack() {
     assert!(!ckpt.contains(&name(16, "up")) && ckpt.contains(&name(15, "up")));
     let router = ckpt.weight("model.layers.2.mlp.gate.weight").unwrap();
     assert!(matches!(router, Weight::F32 { .. }), "routers stay f32");
+}
+
+#[test]
+fn test_mtp_head_logits_match_the_reference() {
+    let (model, golden) = load("tiny-qwen3-next");
+    assert!(model.has_draft_head(), "the MTP head was not loaded");
+    let mut checked = 0;
+    for (i, p) in golden["prompts"].as_array().unwrap().iter().enumerate() {
+        let (prompt, Some(rows)) = (ids(&p["ids"]), p.get("mtp_logits").and_then(Value::as_array)) else { continue };
+        let layout = model.kv_layout(tensorfold_engine::generate::PAGE_TOKENS);
+        let mut pool = tensorfold_engine::boundary::KvPool::new(layout, 4);
+        let pages = [2u32, 0, 3];
+        let step = |tokens, start_pos, logits| LaneStep { tokens, start_pos, pages: &pages, logits, keep: None };
+        model.run(&mut pool, &[step(&prompt, 0, Logits::None)]);
+        // In two steps, so the second reads the hidden states and keys the first left.
+        let half = prompt.len() / 2;
+        let mut got = Vec::new();
+        for (at, part) in [(0, &prompt[..half]), (half, &prompt[half..])] {
+            got.extend(model.run_draft_head(&mut pool, &[step(part, at, Logits::All)]).remove(0).values().unwrap());
+        }
+        let vocab = model.vocab_size();
+        assert_eq!(got.len(), rows.len() * vocab, "prompt {i}");
+        for (pos, row) in rows.iter().enumerate() {
+            let err = relative_error(&got[pos * vocab..(pos + 1) * vocab], &floats(row));
+            assert!(err <= TOLERANCE, "prompt {i} MTP row {pos}: relative error {err}");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 4, "only {checked} prompts have MTP rows");
 }

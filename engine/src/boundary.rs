@@ -177,6 +177,15 @@ pub trait Engine: Send {
     fn host_bytes(&self, _round_tokens: usize, _lanes: usize) -> (usize, usize) {
         (0, 0)
     }
+    /// Whether the model has a draft head of its own (multi-token prediction), which `draft_head` runs.
+    fn has_draft_head(&self) -> bool {
+        false
+    }
+    /// The draft head over each lane's tokens: token j reads the model's final hidden state at position j - 1, which
+    /// an earlier `forward` left in the lane's pages, and guesses token j + 1; the rows each step asks for.
+    fn draft_head(&mut self, _pool: &mut KvPool, _lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
+        Err(EngineError::Sizing("the model has no draft head".into()))
+    }
 }
 
 /// A boxed engine is driven as the engine it holds.
@@ -199,6 +208,14 @@ impl<T: Engine + ?Sized> Engine for Box<T> {
 
     fn embeds(&self) -> bool {
         (**self).embeds()
+    }
+
+    fn has_draft_head(&self) -> bool {
+        (**self).has_draft_head()
+    }
+
+    fn draft_head(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
+        (**self).draft_head(pool, lanes)
     }
 
     fn host_bytes(&self, round_tokens: usize, lanes: usize) -> (usize, usize) {
@@ -226,6 +243,14 @@ impl<T: Engine + ?Sized> Engine for &mut T {
 
     fn embeds(&self) -> bool {
         (**self).embeds()
+    }
+
+    fn has_draft_head(&self) -> bool {
+        (**self).has_draft_head()
+    }
+
+    fn draft_head(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
+        (**self).draft_head(pool, lanes)
     }
 
     fn host_bytes(&self, round_tokens: usize, lanes: usize) -> (usize, usize) {

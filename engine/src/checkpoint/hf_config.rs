@@ -56,6 +56,8 @@ pub(crate) struct RawConfig {
     full_attention_interval: Option<usize>,
     /// Published configs write it here; transformers 5 moves it into `rope_parameters`.
     partial_rotary_factor: Option<f64>,
+    /// Qwen3-Next's multi-token-prediction layers (`mtp.*`), which transformers does not run.
+    num_nextn_predict_layers: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -123,7 +125,12 @@ impl RawConfig {
             return Err(bad("sizes, layer count and vocab_size must be positive".into()));
         }
         let moe = self.moe_config(&arch).map_err(bad)?;
-        let hybrid = self.hybrid_config(&arch, head_dim).map_err(bad)?;
+        let mut hybrid = self.hybrid_config(&arch, head_dim).map_err(bad)?;
+        if let Some(h) = hybrid.as_mut() {
+            // A head the config names but the checkpoint left out (as conversions often do) is no head.
+            let stored = has_tensor(crate::llama::walk::names::MTP_FC);
+            h.mtp_layers = if stored { self.num_nextn_predict_layers.unwrap_or(0).min(1) } else { 0 };
+        }
         let rope_theta = self.rope_parameters.as_ref().and_then(|rope| rope.rope_theta).or(self.rope_theta);
         let rope_scaling = match self.rope_scaling.or(self.rope_parameters) {
             Some(scaling) => parse_rope_scaling(scaling).map_err(bad)?,
@@ -239,6 +246,7 @@ impl RawConfig {
             v_head_dim: need(self.linear_value_head_dim, "linear_value_head_dim")?,
             conv_kernel: need(self.linear_conv_kernel_dim, "linear_conv_kernel_dim")?,
             rotary_dim,
+            mtp_layers: 0,
         }))
     }
 }

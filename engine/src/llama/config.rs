@@ -47,6 +47,8 @@ pub struct HybridConfig {
     pub conv_kernel: usize,
     /// Leading dimensions of each attention head that RoPE rotates; the rest pass through.
     pub rotary_dim: usize,
+    /// Layers of the multi-token-prediction draft head the checkpoint holds (0 or 1).
+    pub mtp_layers: usize,
 }
 
 impl HybridConfig {
@@ -116,12 +118,22 @@ impl ModelConfig {
 
     /// Whether layer `li` is linear attention.
     pub fn is_linear(&self, li: usize) -> bool {
-        self.hybrid.as_ref().is_some_and(|h| h.linear[li])
+        self.hybrid.as_ref().is_some_and(|h| h.linear.get(li) == Some(&true))
     }
 
-    /// Layer `li`'s layer in the KV pool (attention layers only) or in the page states (linear layers only).
+    /// Layer `li`'s layer in the KV pool (attention layers only) or in the page states (linear layers only); a
+    /// draft head's layers (from `num_layers` on) follow the attention layers in the pool.
     pub fn pool_layer(&self, li: usize) -> usize {
-        self.hybrid.as_ref().map_or(li, |h| h.index_of_kind(li))
+        match &self.hybrid {
+            None => li,
+            Some(h) if li >= self.num_layers => self.num_layers - h.num_linear() + li - self.num_layers,
+            Some(h) => h.index_of_kind(li),
+        }
+    }
+
+    /// Floats a page holds per position of the final hidden state, which a draft head reads.
+    pub fn hidden_rows(&self) -> usize {
+        self.hybrid.as_ref().filter(|h| h.mtp_layers > 0).map_or(0, |_| self.hidden_size)
     }
 
     /// The KV pool shape for pages of `page_tokens` positions: keys and values of the attention layers, and the
@@ -130,7 +142,10 @@ impl ModelConfig {
         let (num_kv_heads, head_dim) = (self.num_kv_heads, self.head_dim);
         let (num_layers, state_elems) = match &self.hybrid {
             None => (self.num_layers, 0),
-            Some(h) => (self.num_layers - h.num_linear(), h.num_linear() * h.page_state_per_layer(page_tokens)),
+            Some(h) => (
+                self.num_layers - h.num_linear() + h.mtp_layers,
+                h.num_linear() * h.page_state_per_layer(page_tokens) + page_tokens * self.hidden_rows(),
+            ),
         };
         crate::boundary::KvLayout { num_layers, num_kv_heads, head_dim, page_tokens, elem_bytes: 4, state_elems }
     }

@@ -14,6 +14,7 @@ use crate::llama::deltanet::DeltaNet;
 use crate::llama::forward::{forward, LayerNorm, LlamaSteps};
 use crate::llama::load::{activations_from_env, rope_inv_freq, Loader};
 use crate::llama::moe::MoeMlp;
+use crate::llama::mtp::MtpHead;
 use crate::llama::walk::names;
 use crate::tp::collective::Collective;
 
@@ -89,6 +90,8 @@ pub struct Llama {
     collective: Option<Box<dyn Collective>>,
     /// The arithmetic quantized weights meet activations in.
     activations: Activations,
+    /// The draft head (multi-token prediction), whose decoder layer is `layers[num_layers]`.
+    pub(super) mtp: Option<MtpHead>,
 }
 
 impl Llama {
@@ -117,11 +120,27 @@ impl Llama {
         let factors = ld.rope_factors(&c)?;
         let rope = Rope { inv_freq: rope_inv_freq(&c, factors.as_deref()), interleaved: c.rope_interleaved };
         let activations = activations_from_env(ckpt)?;
-        Ok(Llama { cfg: c, embed, layers, norm, lm_head, rope, collective: None, activations })
+        let mtp = match ld.mtp(&c)? {
+            Some((layer, head)) => {
+                layers.push(layer);
+                Some(head)
+            }
+            None => None,
+        };
+        Ok(Llama { cfg: c, embed, layers, norm, lm_head, rope, collective: None, activations, mtp })
     }
 
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
+    }
+
+    pub(super) fn activations(&self) -> Activations {
+        self.activations
+    }
+
+    /// The output projection: its own, or the embedding where they are tied.
+    pub(super) fn head_weight(&self) -> &Weight {
+        self.lm_head.as_ref().unwrap_or(&self.embed)
     }
 
     /// Layer `li`'s attention; only the forward pass's attention steps ask, and only of attention layers.
@@ -177,6 +196,17 @@ impl Engine for Llama {
         Ok(self.run(pool, lanes))
     }
 
+    fn has_draft_head(&self) -> bool {
+        Llama::has_draft_head(self)
+    }
+
+    fn draft_head(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
+        match Llama::has_draft_head(self) {
+            true => Ok(self.run_draft_head(pool, lanes)),
+            false => Err(EngineError::Sizing("the model has no draft head".into())),
+        }
+    }
+
     fn host_bytes(&self, round_tokens: usize, lanes: usize) -> (usize, usize) {
         (self.num_weight_bytes(), self.activation_bytes(round_tokens, lanes))
     }
@@ -196,6 +226,17 @@ impl Engine for &Llama {
         Ok(self.run(pool, lanes))
     }
 
+    fn has_draft_head(&self) -> bool {
+        Llama::has_draft_head(self)
+    }
+
+    fn draft_head(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
+        match Llama::has_draft_head(self) {
+            true => Ok(self.run_draft_head(pool, lanes)),
+            false => Err(EngineError::Sizing("the model has no draft head".into())),
+        }
+    }
+
     fn host_bytes(&self, round_tokens: usize, lanes: usize) -> (usize, usize) {
         (self.num_weight_bytes(), self.activation_bytes(round_tokens, lanes))
     }
@@ -209,9 +250,16 @@ impl Llama {
     }
 
     fn forward_on_pool(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<LaneRows> {
+        let mut pass = self.pass(pool, lanes);
+        let Ok(()) = forward(&mut pass, self.cfg.num_layers);
+        pass.out
+    }
+
+    /// A pass over `lanes`' rows with empty buffers.
+    pub(super) fn pass<'a, 'l>(&'a self, pool: &'a mut KvPool, lanes: &'a [LaneStep<'l>]) -> CpuPass<'a, 'l> {
         let queries: Vec<(usize, &[u32])> =
             lanes.iter().flat_map(|l| (0..l.tokens.len()).map(move |i| (l.start_pos + i, l.pages))).collect();
-        let mut pass = CpuPass {
+        CpuPass {
             m: self,
             pool,
             lanes,
@@ -224,20 +272,18 @@ impl Llama {
             delta: Vec::new(),
             act: Vec::new(),
             out: Vec::new(),
-        };
-        let Ok(()) = forward(&mut pass, self.layers.len());
-        pass.out
+        }
     }
 }
 
 /// One CPU pass over a round's rows: the buffers the steps of `forward` read and write.
-struct CpuPass<'a, 'l> {
-    m: &'a Llama,
-    pool: &'a mut KvPool,
-    lanes: &'a [LaneStep<'l>],
+pub(super) struct CpuPass<'a, 'l> {
+    pub(super) m: &'a Llama,
+    pub(super) pool: &'a mut KvPool,
+    pub(super) lanes: &'a [LaneStep<'l>],
     /// Each row's position and its lane's pages.
-    queries: Vec<(usize, &'l [u32])>,
-    x: Vec<f32>,
+    pub(super) queries: Vec<(usize, &'l [u32])>,
+    pub(super) x: Vec<f32>,
     normed: Vec<f32>,
     qkv: Vec<f32>,
     /// Each row's attention output gates, where the attention is gated.
@@ -245,7 +291,7 @@ struct CpuPass<'a, 'l> {
     attn: Vec<f32>,
     delta: Vec<f32>,
     act: Vec<f32>,
-    out: Vec<LaneRows>,
+    pub(super) out: Vec<LaneRows>,
 }
 
 impl LlamaSteps for CpuPass<'_, '_> {
@@ -402,6 +448,14 @@ impl LlamaSteps for CpuPass<'_, '_> {
 
     fn logits(&mut self) -> Result<(), Self::Error> {
         let (m, h) = (self.m, self.m.cfg.hidden_size);
+        if m.cfg.hidden_rows() > 0 {
+            // Every row's final hidden state stays in its page for the draft head.
+            let mut all = vec![0f32; self.x.len()];
+            ops::rms_norm(&self.x, &m.norm, m.cfg.rms_eps, &mut all);
+            for (row, &(pos, pages)) in all.chunks_exact(h).zip(&self.queries) {
+                m.write_hidden(self.pool, pages, pos, row);
+            }
+        }
         let mut rows = Vec::new();
         let mut start = 0;
         for lane in self.lanes {

@@ -11,7 +11,8 @@ use crate::llama::config::ModelConfig;
 use crate::llama::cpu::{Attention, Layer, LayerMlp, Mixer, Mlp, QkNorm};
 use crate::llama::deltanet::DeltaNet;
 use crate::llama::moe::{Expert, MoeMlp, SharedExpert};
-use crate::llama::walk::{ExpertTensors, LinearTensors, MatrixSpec};
+use crate::llama::mtp::MtpHead;
+use crate::llama::walk::{names, ExpertTensors, LayerKind, LinearTensors, MatrixSpec};
 
 /// Loads tensors by Hugging Face name and checks their shapes against the config.
 pub(crate) struct Loader<'a> {
@@ -33,7 +34,31 @@ impl Loader<'_> {
     }
 
     pub(super) fn layer(&self, i: usize, c: &ModelConfig) -> Result<Layer, LoadError> {
-        let mut t = self.layer_tensors(i, c)?;
+        let kind = LayerKind { prefix: names::LAYERS, linear: c.is_linear(i), moe: c.is_moe_layer(i) };
+        self.layer_at(kind, i, c)
+    }
+
+    /// The draft head's layers and its own tensors, where the checkpoint has them (Qwen3-Next's MTP).
+    pub(super) fn mtp(&self, c: &ModelConfig) -> Result<Option<(Layer, MtpHead)>, LoadError> {
+        if c.hybrid.as_ref().is_none_or(|h| h.mtp_layers == 0) {
+            return Ok(None);
+        }
+        let h = c.hidden_size;
+        let kind = LayerKind { prefix: names::MTP_LAYERS, linear: false, moe: c.moe.is_some() };
+        let centred = |name: &str| -> Result<Vec<f32>, LoadError> {
+            Ok(self.vector(name, h)?.into_iter().map(|w| w + 1.0).collect())
+        };
+        let head = MtpHead {
+            fc: self.matrix(names::MTP_FC, h, 2 * h)?,
+            norm_embed: centred(names::MTP_NORM_EMBED)?,
+            norm_hidden: centred(names::MTP_NORM_HIDDEN)?,
+            norm: centred(names::MTP_NORM)?,
+        };
+        Ok(Some((self.layer_at(kind, 0, c)?, head)))
+    }
+
+    fn layer_at(&self, kind: LayerKind, i: usize, c: &ModelConfig) -> Result<Layer, LoadError> {
+        let mut t = self.layer_tensors_at(kind, i, c)?;
         let read = |m: &MatrixSpec| self.matrix(&m.name, m.rows, m.cols);
         // A hybrid's norms scale by one plus their weight; the gated norm of its linear layers does not.
         let centre = |v: &mut Vec<f32>| v.iter_mut().for_each(|w| *w += 1.0);

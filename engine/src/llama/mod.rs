@@ -7,6 +7,7 @@ mod deltanet;
 pub mod forward;
 mod load;
 pub mod moe;
+mod mtp;
 pub(crate) mod walk;
 
 pub use cpu::Llama;

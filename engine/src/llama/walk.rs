@@ -36,6 +36,11 @@ pub(crate) mod names {
     pub const LINEAR_OUT: &str = "linear_attn.out_proj.weight";
     pub const SHARED: &str = "mlp.shared_expert.";
     pub const SHARED_GATE: &str = "mlp.shared_expert_gate.weight";
+    pub const MTP_LAYERS: &str = "mtp.layers.";
+    pub const MTP_FC: &str = "mtp.fc.weight";
+    pub const MTP_NORM_EMBED: &str = "mtp.pre_fc_norm_embedding.weight";
+    pub const MTP_NORM_HIDDEN: &str = "mtp.pre_fc_norm_hidden.weight";
+    pub const MTP_NORM: &str = "mtp.norm.weight";
 }
 
 /// Where a layer's experts live and what their projections are called.
@@ -97,6 +102,14 @@ pub(crate) struct LayerTensors {
     pub linear: Option<LinearTensors>,
 }
 
+/// Where a layer's tensors are named and what it holds.
+#[derive(Clone, Copy)]
+pub(crate) struct LayerKind {
+    pub prefix: &'static str,
+    pub linear: bool,
+    pub moe: bool,
+}
+
 /// A Gated DeltaNet layer's tensors (Qwen3-Next's layout).
 pub(crate) struct LinearTensors {
     /// q, k, v and the output gate z of every key head's group, end to end per group.
@@ -131,11 +144,22 @@ pub(crate) struct ExpertMlp {
 impl Loader<'_> {
     /// Layer `i`: its vectors read and checked, its matrices named with the config's shapes.
     pub(crate) fn layer_tensors(&self, i: usize, c: &ModelConfig) -> Result<LayerTensors, LoadError> {
-        let name = |tail: &str| format!("{}{i}.{tail}", names::LAYERS);
+        let kind = LayerKind { prefix: names::LAYERS, linear: c.is_linear(i), moe: c.is_moe_layer(i) };
+        self.layer_tensors_at(kind, i, c)
+    }
+
+    /// Layer `i` under `kind.prefix`, of that kind: the main layers, or a draft head's (`mtp.layers.`).
+    pub(crate) fn layer_tensors_at(
+        &self,
+        kind: LayerKind,
+        i: usize,
+        c: &ModelConfig,
+    ) -> Result<LayerTensors, LoadError> {
+        let name = |tail: &str| format!("{}{i}.{tail}", kind.prefix);
         let spec = |tail: &str, rows, cols| MatrixSpec { name: name(tail), rows, cols };
         let (h, f) = (c.hidden_size, c.intermediate_size);
         let (q_dim, kv_dim) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
-        let linear = c.is_linear(i);
+        let linear = kind.linear;
         let qkv_bias = match c.attn_bias && !linear {
             true => {
                 let mut b = self.vector(&name(names::Q_BIAS), q_dim)?;
@@ -169,7 +193,7 @@ impl Loader<'_> {
             gate: spec(names::GATE, f, h),
             up: spec(names::UP, f, h),
             down: spec(names::DOWN, h, f),
-            experts: self.expert_tensors(i, c),
+            experts: self.expert_tensors(kind, i, c),
             linear: match linear {
                 true => Some(self.linear_tensors(i, c)?),
                 false => None,
@@ -196,9 +220,9 @@ impl Loader<'_> {
     }
 
     /// Layer `i`'s experts, in the layout the checkpoint holds, where the config makes it a mixture of experts.
-    fn expert_tensors(&self, i: usize, c: &ModelConfig) -> Option<ExpertTensors> {
-        let moe = c.moe.as_ref().filter(|m| m.is_moe_layer(i))?;
-        let name = |tail: &str| format!("{}{i}.{tail}", names::LAYERS);
+    fn expert_tensors(&self, kind: LayerKind, i: usize, c: &ModelConfig) -> Option<ExpertTensors> {
+        let moe = c.moe.as_ref().filter(|_| kind.moe)?;
+        let name = |tail: &str| format!("{}{i}.{tail}", kind.prefix);
         let layout = match self.ckpt.contains(&name(MIXTRAL_EXPERTS.router)) {
             true => &MIXTRAL_EXPERTS,
             false => &QWEN_EXPERTS,

@@ -264,6 +264,7 @@ mod moe_tests {
             v_head_dim: 4,
             conv_kernel: 4,
             rotary_dim: 2,
+            mtp_layers: 0,
         };
         let ckpt = ConfigOnly(ModelConfig { arch: "qwen3_next".into(), hybrid: Some(hybrid), ..qwen3_moe() });
         let err = ShardedCheckpoint::new(&ckpt, 0, 2).err().expect("sharding a hybrid should fail").to_string();
