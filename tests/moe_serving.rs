@@ -115,6 +115,8 @@ fn test_moe_requests_are_the_same_alone_among_others_resumed_and_drafted() {
         });
         let drafted = server.metrics().get("tensorfold_drafted_tokens_total").copied().unwrap_or(0.0);
         assert!(drafted > 0.0, "{name}: no token was drafted, so drafted = plain shows nothing");
+        let by_head = server.metrics().get("tensorfold_draft_head_tokens_total").copied().unwrap_or(0.0);
+        assert_eq!(by_head > 0.0, name == "tiny-qwen3-next", "{name}: {by_head} tokens drafted by an MTP head");
         for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
             assert_eq!(a, t, "{name}: request {i} among others (drafted, cache on) differs from alone");
         }

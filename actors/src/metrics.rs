@@ -22,6 +22,7 @@ pub struct Metrics {
     prefix_cache_hits_total: AtomicU64,
     drafted_tokens_total: AtomicU64,
     draft_accepted_tokens_total: AtomicU64,
+    draft_head_tokens_total: AtomicU64,
     time_to_first_token: Histogram,
     inter_token_latency: Histogram,
     /// The same latencies in vLLM's buckets, for the names routers read.
@@ -67,6 +68,11 @@ impl Metrics {
     pub fn add_draft(&self, (drafted, accepted): (usize, usize)) {
         self.drafted_tokens_total.fetch_add(drafted as u64, Ordering::Relaxed);
         self.draft_accepted_tokens_total.fetch_add(accepted as u64, Ordering::Relaxed);
+    }
+
+    /// Tokens a model's own draft head drafted this round for one lane.
+    pub fn add_head_draft(&self, drafted: usize) {
+        self.draft_head_tokens_total.fetch_add(drafted as u64, Ordering::Relaxed);
     }
 
     /// Tokens drafted and tokens of drafts accepted.
@@ -145,7 +151,7 @@ impl Metrics {
     pub fn render(&self, ledger: &LedgerSnapshot) -> String {
         let mut out = String::with_capacity(4096);
         let (drafted, accepted) = self.drafts();
-        let scalars: [(&str, &str, &str, u64); 14] = [
+        let scalars: [(&str, &str, &str, u64); 15] = [
             ("requests_total", "Requests accepted.", "counter", self.requests_total()),
             ("requests_running", "Requests with a lane in the current round.", "gauge", self.requests_running()),
             ("requests_waiting", "Requests queued for a lane.", "gauge", self.requests_waiting()),
@@ -170,6 +176,12 @@ impl Metrics {
             ("drafted_tokens_total", "Tokens decoding lanes drafted and verified.", "counter", drafted),
             ("draft_accepted_tokens_total", "Drafted tokens the draws kept.", "counter", accepted),
             ("draft_rejected_tokens_total", "Drafted tokens the draws did not keep.", "counter", drafted - accepted),
+            (
+                "draft_head_tokens_total",
+                "Tokens a model's own draft head (multi-token prediction) drafted.",
+                "counter",
+                self.draft_head_tokens_total.load(Ordering::Relaxed),
+            ),
         ];
         for (name, help, kind, value) in scalars {
             let name = format!("tensorfold_{name}");

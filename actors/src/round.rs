@@ -56,6 +56,8 @@ pub struct PlannedDraft {
     pub pages: Vec<u32>,
     /// 0 only catches the draft model's KV up.
     pub most: usize,
+    /// The draft is the target model's own head (`Engine::draft_head`), over the lane's own pages.
+    pub own_head: bool,
 }
 
 #[derive(Debug, Default)]

@@ -160,7 +160,7 @@ impl Runtime {
         let fixed = device.send(Snapshot).await.map_err(gone)?.total_used;
         let num_models = models.len().max(1);
         let (mut slots, mut pages, mut registry) = (Vec::new(), Vec::new(), HashMap::new());
-        let (mut drafts, mut vocabs) = (Vec::new(), Vec::new());
+        let (mut drafts, mut vocabs, mut own_heads) = (Vec::new(), Vec::new(), Vec::new());
         for m in models {
             let mut limits = Limits { context: m.context, max_waiting: cfg.schedule.max_waiting, embeds: false };
             let (engine, target) = match m.kind {
@@ -205,6 +205,7 @@ impl Runtime {
             );
             let vocab = engine.0.vocab_size();
             vocabs.push(vocab);
+            own_heads.push((slots.len(), engine.0.has_draft_head()));
             // A draft model's pool keeps no prefix cache: its lanes catch up on their prompts in the rounds.
             pages.push((num_pages, cfg.page_tokens, target.is_none()));
             match target {
@@ -221,6 +222,12 @@ impl Runtime {
                 return Err(StartError::DraftVocabulary { draft, draft_vocab, target_vocab: vocabs[t] });
             }
             draft_of[t] = Some(id);
+        }
+        // A model with a draft head of its own drafts with it, unless a draft model was named for it.
+        for (t, own) in own_heads {
+            if own && draft_of[t].is_none() {
+                draft_of[t] = Some(t);
+            }
         }
         let drafting = cfg.schedule.drafting;
         let runner = EngineRunner::spawn(slots, if drafting.timed { drafting.tokens + 1 } else { 0 })?;

@@ -30,12 +30,15 @@ struct Lane {
     lease: Lease,
     drafter: Drafter,
     shadow: Option<Shadow>,
+    /// Tokens whose KV was computed before the round being planned: the positions a draft head may read.
+    num_done: usize,
 }
 
 /// A lane's place in its model's draft model: a lease in the draft model's pool, and how far its KV reaches.
 struct Shadow {
     model: ModelId,
-    lease: Lease,
+    /// Pages in the draft model's pool; none for the model's own draft head, which reads the lane's pages.
+    lease: Option<Lease>,
     /// The lane's tokens whose KV the draft model holds.
     seen: usize,
     /// The end of a catch-up in the round in flight.
@@ -90,17 +93,26 @@ impl TokenBook {
         let mut budget = room.schedule.round_tokens;
         for lane in &mut self.queue.lanes {
             let Some(s) = lane.shadow.as_mut().filter(|s| s.drafted_from.is_none()) else { continue };
-            // The last token waits for the step that drafts after it.
-            let end = (s.seen + budget).min(lane.tokens.len().saturating_sub(1));
+            // The last token waits for the step that drafts after it; an own head reads only computed positions.
+            let mut end = (s.seen + budget).min(lane.tokens.len().saturating_sub(1));
+            if s.lease.is_none() {
+                end = end.min(lane.num_done + 1);
+            }
             if end <= s.seen {
                 continue;
             }
             budget -= end - s.seen;
-            s.lease.grow_to(end);
             s.catch_up = Some(end);
-            let (lane_id, model, start_pos) = (lane.request.lane_id, s.model, s.seen);
-            let (tokens, pages) = (lane.tokens[s.seen..end].to_vec(), s.lease.pages().to_vec());
-            plan.drafts.push(PlannedDraft { lane_id, model, tokens, start_pos, pages, most: 0 });
+            let (lane_id, model, start_pos, own_head) = (lane.request.lane_id, s.model, s.seen, s.lease.is_none());
+            let tokens = lane.tokens[s.seen..end].to_vec();
+            let pages = match s.lease.as_mut() {
+                Some(lease) => {
+                    lease.grow_to(end);
+                    lease.pages().to_vec()
+                }
+                None => lane.lease.pages().to_vec(),
+            };
+            plan.drafts.push(PlannedDraft { lane_id, model, tokens, start_pos, pages, most: 0, own_head });
         }
     }
 }
@@ -135,7 +147,11 @@ impl LaneBook for TokenBook {
         // Without room in the draft model's pool the lane drafts from its own text.
         let draft_model = self.drafts.get(request.model).copied().flatten().filter(|_| request.draft);
         let shadow = draft_model.and_then(|model| {
-            let lease = room.pages[model].admit(request.prompt.len() + request.max_tokens, None)?;
+            // A model that drafts with its own head has no second pool.
+            let lease = match model == request.model {
+                true => None,
+                false => Some(room.pages[model].admit(request.prompt.len() + request.max_tokens, None)?),
+            };
             Some(Shadow { model, lease, seen: 0, catch_up: None, drafted_from: None })
         });
         let num_generated = 0;
@@ -148,6 +164,7 @@ impl LaneBook for TokenBook {
             lease,
             drafter,
             shadow,
+            num_done: num_planned,
         });
         true
     }
@@ -155,6 +172,7 @@ impl LaneBook for TokenBook {
     /// Decode lanes take one token each, then prefill chunks share what is left of the token budget.
     fn plan(&mut self, room: &Room, plan: &mut RoundPlan) {
         let mut budget = room.schedule.round_tokens;
+        self.queue.lanes.iter_mut().for_each(|l| l.num_done = l.num_planned);
         let decoding = |l: &Lane| l.num_planned >= l.prompt_len();
         let num_decoding = self.queue.lanes.iter().filter(|l| decoding(l)).count();
         let mut rows = num_decoding;
@@ -179,15 +197,26 @@ impl LaneBook for TokenBook {
                     match lane.shadow.as_mut() {
                         Some(s) if end.saturating_sub(s.seen) <= DRAFT_MAX_LAG => {
                             reserved = most;
-                            s.lease.grow_to(end + most);
                             s.drafted_from = Some(end);
+                            let pages = match s.lease.as_mut() {
+                                Some(lease) => {
+                                    lease.grow_to(end + most);
+                                    lease.pages().to_vec()
+                                }
+                                // The head's guesses sit in the lane's own positions, which the draft reserves.
+                                None => {
+                                    lane.lease.grow_to(end + most);
+                                    lane.lease.pages().to_vec()
+                                }
+                            };
                             plan.drafts.push(PlannedDraft {
                                 lane_id: lane.request.lane_id,
                                 model: s.model,
                                 tokens: lane.tokens[s.seen..end].to_vec(),
                                 start_pos: s.seen,
-                                pages: s.lease.pages().to_vec(),
+                                pages,
                                 most,
+                                own_head: s.lease.is_none(),
                             });
                         }
                         // Without a draft model, or while it catches up, the lane drafts from its own text.
@@ -248,6 +277,9 @@ impl LaneBook for TokenBook {
         for (lane_id, drafted) in &output.drafts {
             if let Some(lane) = self.queue.lanes.iter_mut().find(|l| l.request.lane_id == *lane_id) {
                 lane.drafter.pending = *drafted;
+                if lane.shadow.as_ref().is_some_and(|s| s.lease.is_none()) {
+                    room.metrics.add_head_draft(*drafted);
+                }
             }
         }
         for s in std::mem::take(&mut output.sampled) {
@@ -306,10 +338,15 @@ impl LaneBook for TokenBook {
         for lane in &mut self.queue.lanes {
             if let Some(s) = lane.shadow.as_mut() {
                 s.seen = s.catch_up.take().unwrap_or(s.seen);
-                // The draft model took every drafted token but its last; those accepted are the lane's now.
+                // The draft model took every drafted token but its last; those accepted are the lane's now. An own
+                // head read its own guesses' states there, so it takes those positions again from the model's.
                 if let Some(from) = s.drafted_from.take() {
                     let (drafted, accepted) = (lane.drafter.pending, lane.drafter.accepted);
-                    s.seen = if drafted == 0 { 0 } else { from + accepted.min(drafted - 1) };
+                    s.seen = match (drafted, &s.lease) {
+                        (0, _) => 0,
+                        (_, None) => from,
+                        (_, Some(_)) => from + accepted.min(drafted - 1),
+                    };
                 }
             }
             room.metrics.add_draft(lane.drafter.settle(room.schedule.drafting.max_wait));

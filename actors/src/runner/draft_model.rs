@@ -10,9 +10,10 @@ use crate::round::{PlannedDraft, RoundPlan};
 /// A failed draft pass drafts nothing for its lanes: a draft only changes how fast the lane goes, never its tokens.
 pub fn draft(models: &mut [ModelSlot], plan: &mut RoundPlan) -> Vec<(u64, usize)> {
     let mut made = Vec::new();
-    for (m, slot) in models.iter_mut().enumerate() {
-        let ModelSlot::Tokens { engine, pool, .. } = slot else { continue };
-        let mine: Vec<&PlannedDraft> = plan.drafts.iter().filter(|d| d.model == m).collect();
+    let groups = (0..models.len()).flat_map(|m| [(m, false), (m, true)]);
+    for (m, own_head) in groups {
+        let ModelSlot::Tokens { engine, pool, .. } = &mut models[m] else { continue };
+        let mine: Vec<&PlannedDraft> = plan.drafts.iter().filter(|d| d.model == m && d.own_head == own_head).collect();
         let Some(steps) = mine.iter().map(|d| d.most).max() else { continue };
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); mine.len()];
         for i in 0..steps.max(1) {
@@ -30,7 +31,12 @@ pub fn draft(models: &mut [ModelSlot], plan: &mut RoundPlan) -> Vec<(u64, usize)
                 })
                 .collect();
             let (which, steps): (Vec<usize>, Vec<LaneStep>) = lanes.into_iter().unzip();
-            match engine.forward(pool, &steps) {
+            // A model's own head drafts for its own lanes; a draft model runs its forward pass.
+            let rows = match own_head {
+                true => engine.draft_head(pool, &steps),
+                false => engine.forward(pool, &steps),
+            };
+            match rows {
                 Ok(rows) => {
                     for (j, rows) in which.into_iter().zip(rows) {
                         if let LaneRows::Picks(ids) = rows {
