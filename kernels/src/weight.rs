@@ -108,6 +108,25 @@ impl Weight {
     }
 }
 
+impl Weight {
+    /// The weight made of these rows, in this order, in the weight's own format.
+    pub fn select_rows(&self, picks: &[usize]) -> Weight {
+        let (rows, cols) = (picks.len(), self.cols());
+        match self {
+            Weight::F32 { data, .. } => Weight::F32 {
+                rows,
+                cols,
+                data: picks.iter().flat_map(|&r| &data[r * cols..(r + 1) * cols]).copied().collect(),
+            },
+            Weight::Quant { ty, data, .. } => {
+                let n = cols / ty.block_len() * ty.block_bytes();
+                let bytes: Vec<u8> = picks.iter().flat_map(|&r| &data[r * n..(r + 1) * n]).copied().collect();
+                Weight::Quant { ty: *ty, rows, cols, data: QuantBytes::Owned(bytes) }
+            }
+        }
+    }
+}
+
 /// Stacks the rows of several weights of equal width; mixed formats fall back to f32.
 pub fn concat_rows(parts: &[Weight]) -> Weight {
     let cols = parts[0].cols();
@@ -127,5 +146,24 @@ pub fn concat_rows(parts: &[Weight]) -> Weight {
             Weight::Quant { ty, rows, cols, data: QuantBytes::Owned(data.collect()) }
         }
         _ => Weight::F32 { rows, cols, data: parts.iter().flat_map(|w| w.to_f32()).collect() },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_selected_rows_are_the_rows_in_that_order_in_the_same_format() {
+        let data: Vec<f32> = (0..3 * 32).map(|i| i as f32 / 7.0).collect();
+        let f32 = Weight::F32 { rows: 3, cols: 32, data: data.clone() };
+        let picked = f32.select_rows(&[2, 0]);
+        assert_eq!(picked.to_f32(), [&data[64..96], &data[..32]].concat());
+        // Q8_0: a block of 32 is a 2-byte scale and 32 bytes; each row here is one block, its bytes its number.
+        let bytes: Vec<u8> = (0..3u8).flat_map(|r| std::iter::repeat_n(r, 34)).collect();
+        let q = Weight::Quant { ty: GgmlType::Q8_0, rows: 3, cols: 32, data: QuantBytes::Owned(bytes) };
+        let Weight::Quant { ty, rows, data, .. } = q.select_rows(&[1, 2, 1]) else { panic!("not quantized") };
+        assert_eq!((ty, rows), (GgmlType::Q8_0, 3));
+        assert_eq!(&*data, [[1u8; 34], [2; 34], [1; 34]].concat().as_slice());
     }
 }

@@ -45,7 +45,7 @@ impl Mixer {
     fn num_bytes(&self) -> usize {
         match self {
             Mixer::Attention(a) => a.qkv.num_bytes() + a.o.num_bytes(),
-            Mixer::Linear(d) => d.qkvz.num_bytes() + d.ba.num_bytes() + d.out.num_bytes(),
+            Mixer::Linear(d) => d.qkv.num_bytes() + d.z.num_bytes() + d.ba.num_bytes() + d.out.num_bytes(),
         }
     }
 }

@@ -16,8 +16,10 @@ use crate::llama::config::HybridConfig;
 
 /// One Gated DeltaNet layer's weights.
 pub(crate) struct DeltaNet {
-    /// q, k, v and z of each key head's group, end to end per group.
-    pub qkvz: Weight,
+    /// Every q, every k, then every v: the convolution's channels in order.
+    pub qkv: Weight,
+    /// The output gate of every value head.
+    pub z: Weight,
     /// Beta's and the decay's inputs of each key head's group.
     pub ba: Weight,
     /// The convolution: channels x taps, the last tap on the current position.
@@ -97,9 +99,11 @@ impl DeltaNet {
         let (nv, dk, dv) = (hc.num_v_heads, hc.k_head_dim, hc.v_head_dim);
         let num_rows = lanes.iter().map(|l| l.tokens.len()).sum::<usize>();
         let value_dim = nv * dv;
-        let mut qkvz = vec![0f32; num_rows * self.qkvz.rows()];
+        let conv_dim = hc.conv_dim();
+        let (mut qkv, mut z) = (vec![0f32; num_rows * conv_dim], vec![0f32; num_rows * value_dim]);
         let mut ba = vec![0f32; num_rows * 2 * nv];
-        matmul_with(normed, num_rows, &self.qkvz, &mut qkvz, activations);
+        matmul_with(normed, num_rows, &self.qkv, &mut qkv, activations);
+        matmul_with(normed, num_rows, &self.z, &mut z, activations);
         matmul_with(normed, num_rows, &self.ba, &mut ba, activations);
         let page_tokens = pool.layout().page_tokens;
         let slots = Slots {
@@ -108,17 +112,11 @@ impl DeltaNet {
             row_width: hc.row_width(),
             head_state: dk * dv,
         };
-        let mut z = vec![0f32; num_rows * value_dim];
         let mut row = vec![0f32; hc.row_width()];
         let positions = lanes.iter().flat_map(|l| (0..l.tokens.len()).map(move |i| (l.start_pos + i, l.pages)));
         for (r, (pos, pages)) in positions.enumerate() {
-            self.split_row(
-                hc,
-                &qkvz[r * self.qkvz.rows()..][..self.qkvz.rows()],
-                &ba[r * 2 * nv..][..2 * nv],
-                &mut row,
-                &mut z[r * value_dim..][..value_dim],
-            );
+            row[..conv_dim].copy_from_slice(&qkv[r * conv_dim..(r + 1) * conv_dim]);
+            self.gates(hc, &ba[r * 2 * nv..(r + 1) * 2 * nv], &mut row[conv_dim..]);
             let at = slots.row(pos);
             pool.state_mut(pages[pos / page_tokens])[at..at + row.len()].copy_from_slice(&row);
         }
@@ -151,25 +149,16 @@ impl DeltaNet {
         delta
     }
 
-    /// One position's stored row (convolution input: every q, every k, every v; then decays, then betas) and its
-    /// output gate, from its projections.
-    fn split_row(&self, hc: &HybridConfig, qkvz: &[f32], ba: &[f32], row: &mut [f32], z: &mut [f32]) {
-        let (nk, nv, dk, dv) = (hc.num_k_heads, hc.num_v_heads, hc.k_head_dim, hc.v_head_dim);
-        let ratio = nv / nk;
-        let (key_dim, group_v) = (nk * dk, ratio * dv);
-        for (g, part) in qkvz.chunks_exact(2 * dk + 2 * group_v).enumerate() {
-            row[g * dk..(g + 1) * dk].copy_from_slice(&part[..dk]);
-            row[key_dim + g * dk..key_dim + (g + 1) * dk].copy_from_slice(&part[dk..2 * dk]);
-            row[2 * key_dim + g * group_v..][..group_v].copy_from_slice(&part[2 * dk..2 * dk + group_v]);
-            z[g * group_v..(g + 1) * group_v].copy_from_slice(&part[2 * dk + group_v..]);
-        }
-        let conv_dim = hc.conv_dim();
+    /// One position's decay and beta of each value head (`out`: decays, then betas), from its `ba` projection,
+    /// whose rows come in each key head's group as betas, then decay inputs.
+    fn gates(&self, hc: &HybridConfig, ba: &[f32], out: &mut [f32]) {
+        let (nv, ratio) = (hc.num_v_heads, hc.num_v_heads / hc.num_k_heads);
         for (g, part) in ba.chunks_exact(2 * ratio).enumerate() {
             for r in 0..ratio {
                 let h = g * ratio + r;
                 let (b, a) = (part[r], part[ratio + r]);
-                row[conv_dim + h] = self.neg_a[h] * softplus(a + self.dt_bias[h]);
-                row[conv_dim + nv + h] = 1.0 / (1.0 + (-b).exp());
+                out[h] = self.neg_a[h] * softplus(a + self.dt_bias[h]);
+                out[nv + h] = 1.0 / (1.0 + (-b).exp());
             }
         }
     }

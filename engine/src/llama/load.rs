@@ -7,12 +7,12 @@ use tensorfold_kernels::Weight;
 
 use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
-use crate::llama::config::ModelConfig;
+use crate::llama::config::{HybridConfig, ModelConfig};
 use crate::llama::cpu::{Attention, Layer, LayerMlp, Mixer, Mlp, QkNorm};
 use crate::llama::deltanet::DeltaNet;
 use crate::llama::moe::{Expert, MoeMlp, SharedExpert};
 use crate::llama::mtp::MtpHead;
-use crate::llama::walk::{names, ExpertTensors, LayerKind, LinearTensors, MatrixSpec};
+use crate::llama::walk::{names, ExpertTensors, LayerKind, LinearTensors, MatrixSpec, QkvzSpec};
 
 /// Loads tensors by Hugging Face name and checks their shapes against the config.
 pub(crate) struct Loader<'a> {
@@ -69,7 +69,7 @@ impl Loader<'_> {
             }
         }
         let mixer = match t.linear.take() {
-            Some(l) => Mixer::Linear(self.delta_net(l)?),
+            Some(l) => Mixer::Linear(self.delta_net(l, c)?),
             None => {
                 let qkv = concat_rows(&[read(&t.q)?, read(&t.k)?, read(&t.v)?]);
                 let qk_norm = t.qk_norm.map(|(q, k)| QkNorm { q, k });
@@ -86,13 +86,22 @@ impl Loader<'_> {
         Ok(Layer { input_norm: t.input_norm, mixer, post_attn_norm: t.post_norm, mlp })
     }
 
-    fn delta_net(&self, t: LinearTensors) -> Result<DeltaNet, LoadError> {
+    fn delta_net(&self, t: LinearTensors, c: &ModelConfig) -> Result<DeltaNet, LoadError> {
         let read = |m: &MatrixSpec| self.matrix(&m.name, m.rows, m.cols);
+        let (qkv, z) = match &t.qkvz {
+            QkvzSpec::Grouped { qkv, z } => (read(qkv)?, read(z)?),
+            QkvzSpec::Interleaved(m) => {
+                let (qkv, z) = grouped_rows(c.hybrid.as_ref().expect("a linear layer is a hybrid's"));
+                let w = read(m)?;
+                (w.select_rows(&qkv), w.select_rows(&z))
+            }
+        };
         Ok(DeltaNet {
-            qkvz: read(&t.qkvz)?,
+            qkv,
+            z,
             ba: read(&t.ba)?,
             conv: read(&t.conv)?.to_f32(),
-            neg_a: t.a_log.iter().map(|a| -a.exp()).collect(),
+            neg_a: t.neg_a,
             dt_bias: t.dt_bias,
             norm: t.norm,
             out: read(&t.out)?,
@@ -154,4 +163,14 @@ pub(crate) fn rope_inv_freq(c: &ModelConfig, factors: Option<&[f32]>) -> Vec<f32
             }
         })
         .collect()
+}
+
+/// Rows of an interleaved q/k/v/z projection (each key head's group end to end) in grouped order: every q, every k,
+/// every v (together the convolution's channels), then every z.
+fn grouped_rows(hc: &HybridConfig) -> (Vec<usize>, Vec<usize>) {
+    let (nk, dk, group_v) = (hc.num_k_heads, hc.k_head_dim, hc.num_v_heads / hc.num_k_heads * hc.v_head_dim);
+    let group = 2 * dk + 2 * group_v;
+    let part = |offset: usize, len: usize| (0..nk).flat_map(move |g| g * group + offset..g * group + offset + len);
+    let qkv = part(0, dk).chain(part(dk, dk)).chain(part(2 * dk, group_v)).collect();
+    (qkv, part(2 * dk + group_v, group_v).collect())
 }

@@ -110,15 +110,23 @@ pub(crate) struct LayerKind {
     pub moe: bool,
 }
 
+/// How a checkpoint stores a Gated DeltaNet layer's input projection.
+pub(crate) enum QkvzSpec {
+    /// q, k, v and the output gate z of every key head's group, end to end per group (Hugging Face, older GGUF).
+    Interleaved(MatrixSpec),
+    /// Every q, every k and every v in one matrix, every z in another (llama.cpp's `attn_qkv` and `attn_gate`).
+    Grouped { qkv: MatrixSpec, z: MatrixSpec },
+}
+
 /// A Gated DeltaNet layer's tensors (Qwen3-Next's layout).
 pub(crate) struct LinearTensors {
-    /// q, k, v and the output gate z of every key head's group, end to end per group.
-    pub qkvz: MatrixSpec,
+    pub qkvz: QkvzSpec,
     /// Beta, then the decay's input, of every key head's group.
     pub ba: MatrixSpec,
     /// The depthwise convolution: channels x taps.
     pub conv: MatrixSpec,
-    pub a_log: Vec<f32>,
+    /// -exp(A_log) per value head: the decay's rate.
+    pub neg_a: Vec<f32>,
     pub dt_bias: Vec<f32>,
     /// The gated norm's weight, shared by the value heads.
     pub norm: Vec<f32>,
@@ -208,11 +216,24 @@ impl Loader<'_> {
         let spec = |tail: &str, rows, cols| MatrixSpec { name: name(tail), rows, cols };
         let (h, nv) = (c.hidden_size, hc.num_v_heads);
         let value_dim = nv * hc.v_head_dim;
+        // llama.cpp's files split the projection and store -exp(A_log) under their own names.
+        let raw = |tail: &str| format!("blk.{i}.{tail}.weight");
+        let qkvz = match self.ckpt.contains(&name(names::QKVZ)) {
+            true => QkvzSpec::Interleaved(spec(names::QKVZ, hc.conv_dim() + value_dim, h)),
+            false => QkvzSpec::Grouped {
+                qkv: MatrixSpec { name: raw("attn_qkv"), rows: hc.conv_dim(), cols: h },
+                z: MatrixSpec { name: raw("attn_gate"), rows: value_dim, cols: h },
+            },
+        };
+        let neg_a = match self.ckpt.contains(&name(names::A_LOG)) {
+            true => self.vector(&name(names::A_LOG), nv)?.iter().map(|a| -a.exp()).collect(),
+            false => self.vector(&format!("blk.{i}.ssm_a"), nv)?,
+        };
         Ok(LinearTensors {
-            qkvz: spec(names::QKVZ, hc.conv_dim() + value_dim, h),
+            qkvz,
             ba: spec(names::BA, 2 * nv, h),
             conv: spec(names::CONV, hc.conv_dim(), hc.conv_kernel),
-            a_log: self.vector(&name(names::A_LOG), nv)?,
+            neg_a,
             dt_bias: self.vector(&name(names::DT_BIAS), nv)?,
             norm: self.vector(&name(names::LINEAR_NORM), hc.v_head_dim)?,
             out: spec(names::LINEAR_OUT, h, value_dim),
