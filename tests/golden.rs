@@ -208,3 +208,30 @@ fn test_mtp_head_logits_match_the_reference() {
     }
     assert!(checked >= 4, "only {checked} prompts have MTP rows");
 }
+
+/// Q8_0 rounds the decay gates' inputs too, which the rates (up to 16) then scale: a bound that a wrong tensor
+/// layout or a misplaced one (errors of the logits' own size) still fails.
+const HYBRID_Q8_BOUND: f32 = 0.5;
+
+#[test]
+fn test_hybrid_gguf_logits_stay_within_transformers_bf16_error() {
+    let golden = golden("tiny-qwen3-next");
+    for format in ["f16", "q8_0"] {
+        let ckpt = GgufCheckpoint::open(&dir("tiny-qwen3-next").join(format!("model-{format}.gguf"))).unwrap();
+        let c = ckpt.config();
+        let hybrid = c.hybrid.as_ref().unwrap_or_else(|| panic!("{format}: loaded without linear attention"));
+        assert_eq!(
+            (c.arch.as_str(), &hybrid.linear[..], hybrid.mtp_layers),
+            ("qwen3next", &[true, true, false, true][..], 1)
+        );
+        let model = Llama::load(&ckpt).unwrap();
+        for (i, p) in golden["prompts"].as_array().unwrap().iter().enumerate() {
+            let prompt = ids(&p["ids"]);
+            let mut seq = Sequence::new(&model, prompt.len());
+            let last = seq.extend(&prompt, 7, Logits::Last).unwrap();
+            let err = relative_error(&last, &floats(&p["last_logits"]));
+            let bound = if format == "f16" { p["bf16_error"].as_f64().unwrap() as f32 } else { HYBRID_Q8_BOUND };
+            assert!(err <= bound, "{format} prompt {i}: relative error {err} > {bound}");
+        }
+    }
+}

@@ -12,6 +12,7 @@ import json
 
 import torch
 from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
 from transformers.models.qwen3_next import modeling_qwen3_next as qn
 
 NEXT_SHAPES = {
@@ -150,3 +151,16 @@ def mtp_golden(model, out, ids):
         return None
     hidden = model.model(torch.tensor([ids])).last_hidden_state
     return load_mtp(out, model)(model, ids, hidden)[0]
+
+
+@torch.no_grad()
+def bf16_errors(out, records):
+    """Per prompt, transformers' own bf16 error on the last logits: the largest difference from its f32 logits over
+    the largest f32 logit. It bounds what another format's error may be on that prompt."""
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16, attn_implementation="eager").eval()
+    errors = []
+    for record in records:
+        got = model(torch.tensor([record["ids"]])).logits[0, -1].float()
+        want = torch.tensor([v.value for v in record["last_logits"]], dtype=torch.float32)
+        errors.append(float((got - want).abs().max() / want.abs().max()))
+    return errors

@@ -3,7 +3,8 @@
 
     hf_to_gguf.py --model DIR --out FILE.gguf [--type f32|f16|q8_0|q4_1]
 
-Architectures: llama, mixtral (GGUF `llama` with experts), qwen2, qwen3 and qwen3_moe (`qwen3moe`). Matrices take
+Architectures: llama, mixtral (GGUF `llama` with experts), qwen2, qwen3, qwen3_moe (`qwen3moe`) and qwen3_next
+(`qwen3next`, as tools/gguf_next.py says, its MTP head included). Matrices take
 --type; norms and the routers (ffn_gate_inp) stay f32, as llama.cpp's converter keeps them. Experts are stacked per
 layer into ffn_{gate,up,down}_exps. Llama-family q and k rows are permuted for adjacent-pair RoPE, as llama.cpp
 expects. A tokenizer.json beside the weights becomes a `gpt2` BPE vocabulary; without one the file has none (tensorfold
@@ -17,9 +18,17 @@ import pathlib
 import sys
 
 import gguf
+import gguf_next
 import numpy as np
 
-ARCH = {"llama": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3moe"}
+ARCH = {
+    "llama": "llama",
+    "mixtral": "llama",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "qwen3_moe": "qwen3moe",
+    "qwen3_next": "qwen3next",
+}
 TYPES = {
     "f32": gguf.GGMLQuantizationType.F32,
     "f16": gguf.GGMLQuantizationType.F16,
@@ -157,17 +166,22 @@ def convert(directory, out, qtype):
     heads, kv_heads, hidden = config["num_attention_heads"], config["num_key_value_heads"], config["hidden_size"]
     head_dim = config.get("head_dim") or hidden // heads
     layers = config["num_hidden_layers"]
+    next_family = arch == "qwen3next"
+    mtp = next_family and "mtp.fc.weight" in tensors
     writer = gguf.GGUFWriter(str(out), arch)
     writer.add_name(directory.name)
     writer.add_context_length(config.get("max_position_embeddings", 4096))
     writer.add_embedding_length(hidden)
-    writer.add_block_count(layers)
+    writer.add_block_count(layers + int(mtp))
     writer.add_feed_forward_length(config["intermediate_size"])
     writer.add_head_count(heads)
     writer.add_head_count_kv(kv_heads)
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
-    writer.add_rope_dimension_count(head_dim)
+    if next_family:
+        gguf_next.write_metadata(writer, config, fail)
+    else:
+        writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
     writer.add_rope_freq_base(rope_theta(config))
     writer.add_file_type(qtype)
@@ -179,27 +193,35 @@ def convert(directory, out, qtype):
             writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
     has_vocab = add_vocab(writer, directory, config)
     add_matrix(writer, "token_embd.weight", tensors.get("model.embed_tokens.weight"), qtype)
-    writer.add_tensor("output_norm.weight", tensors.get("model.norm.weight"))
+    norm = tensors.get("model.norm.weight")
+    writer.add_tensor("output_norm.weight", norm + 1.0 if next_family else norm)
     if "lm_head.weight" in tensors and not config.get("tie_word_embeddings", False):
         add_matrix(writer, "output.weight", tensors.get("lm_head.weight"), qtype)
-    dense_moe_layers = []
-    for i in range(layers):
-        hf, gg = f"model.layers.{i}.", f"blk.{i}."
-        for suffix, name in LAYER.items():
-            if hf + suffix not in tensors:
-                continue
-            data = tensors.get(hf + suffix)
-            if arch == "llama" and suffix.startswith(("self_attn.q_proj", "self_attn.k_proj")):
-                data = permute_pairs(data, heads if "q_proj" in suffix else kv_heads)
-            add_matrix(writer, gg + name, data, qtype)
+    def add_experts(hf, gg):
         for prefix, (gate, up, down) in EXPERTS:
             if f"{hf}{prefix}0.{gate}.weight" not in tensors:
                 continue
             for proj, kind in ((gate, "gate"), (up, "up"), (down, "down")):
                 stacked = np.stack([tensors.get(f"{hf}{prefix}{e}.{proj}.weight") for e in range(experts)])
                 add_matrix(writer, f"{gg}ffn_{kind}_exps.weight", stacked, qtype)
+
+    dense_moe_layers = []
+    for i in range(layers):
+        hf, gg = f"model.layers.{i}.", f"blk.{i}."
+        if next_family:
+            gguf_next.write_layer(writer, tensors, hf, gg, config, add_matrix, qtype)
+        for suffix, name in LAYER.items() if not next_family else ():
+            if hf + suffix not in tensors:
+                continue
+            data = tensors.get(hf + suffix)
+            if arch == "llama" and suffix.startswith(("self_attn.q_proj", "self_attn.k_proj")):
+                data = permute_pairs(data, heads if "q_proj" in suffix else kv_heads)
+            add_matrix(writer, gg + name, data, qtype)
+        add_experts(hf, gg)
         if experts and f"{hf}mlp.gate_proj.weight" in tensors:
             dense_moe_layers.append(i)
+    if mtp:
+        gguf_next.write_mtp(writer, tensors, layers, config, add_matrix, qtype, add_experts)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import transformers
 from checkpoint_moe import check_moe_layers, expert_layout, router_gaps
-from checkpoint_next import NEXT_SHAPES, add_mtp, mtp_golden
+from checkpoint_next import NEXT_SHAPES, add_mtp, bf16_errors, mtp_golden
 from transformers import (
     AutoModelForCausalLM,
     LlamaConfig,
@@ -533,6 +533,9 @@ def golden(out, shape, seed):
         "all_logits_prompt": ALL_POSITIONS_PROMPT,
         "prompts": records,
     }
+    if config.model_type == "qwen3_next":
+        for record, error in zip(records, bf16_errors(out, records)):
+            record["bf16_error"] = F32(error)
     layout = expert_layout(out)
     if layout:
         reference["expert_layout"] = layout

@@ -8,12 +8,13 @@ use tensorfold_kernels::quant::{dequantize, row_bytes};
 use tensorfold_kernels::{GgmlType, Weight};
 
 use crate::checkpoint::gguf::{GgufFile, Value};
+use crate::checkpoint::gguf_names::{alias, gguf_name, ExpertName};
 use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
-use crate::llama::config::{ModelConfig, MoeConfig};
+use crate::llama::config::{HybridConfig, ModelConfig, MoeConfig};
 
 /// Architectures whose GGUF layout this loader knows; Mixtral is `llama` with experts.
-const ARCHITECTURES: [&str; 4] = ["llama", "qwen2", "qwen3", "qwen3moe"];
+const ARCHITECTURES: [&str; 5] = ["llama", "qwen2", "qwen3", "qwen3moe", "qwen3next"];
 
 /// A memory-mapped GGUF checkpoint whose tensors are found by Hugging Face name, else by GGUF name.
 ///
@@ -49,6 +50,7 @@ impl Checkpoint for GgufCheckpoint {
     }
 
     fn contains(&self, name: &str) -> bool {
+        let name = &*alias(name, &self.config.arch, self.config.num_layers);
         match ExpertName::parse(name) {
             Some(x) => self.file.tensor(&x.own_name()).is_some() || self.stacked(&x).is_some(),
             None => self.file.tensor(&gguf_name(name)).is_some(),
@@ -58,6 +60,7 @@ impl Checkpoint for GgufCheckpoint {
     /// Q4_0, Q4_1 and Q8_0 matrices stay quantized; every other tensor, and every 1-D one, is f32. An expert's
     /// matrix is its own tensor in older files, else its slice of the layer's stacked `ffn_*_exps`.
     fn weight(&self, name: &str) -> Result<Weight, LoadError> {
+        let name = &*alias(name, &self.config.arch, self.config.num_layers);
         let path = &self.file.path;
         let expert = ExpertName::parse(name);
         let own = expert.as_ref().map(ExpertName::own_name).filter(|own| self.file.tensor(own).is_some());
@@ -129,76 +132,6 @@ fn matrix(ty: GgmlType, rows: usize, cols: usize, bytes: &[u8], may_stay_quantiz
 /// Whether a matrix of this type stays in its blocks for the quantized kernels.
 fn keeps_quantized(ty: GgmlType) -> bool {
     !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
-}
-
-/// One expert's projection by its Hugging Face name, `model.layers.{layer}.mlp.experts.{expert}.{kind}_proj.weight`.
-struct ExpertName {
-    layer: usize,
-    expert: usize,
-    /// llama.cpp's word for the projection: gate, up or down.
-    kind: &'static str,
-}
-
-impl ExpertName {
-    fn parse(hf: &str) -> Option<ExpertName> {
-        let rest = hf.strip_prefix("model.layers.")?;
-        let (layer, rest) = rest.split_once(".mlp.experts.")?;
-        let (expert, proj) = rest.split_once('.')?;
-        let kind = match proj {
-            "gate_proj.weight" => "gate",
-            "up_proj.weight" => "up",
-            "down_proj.weight" => "down",
-            _ => return None,
-        };
-        Some(ExpertName { layer: layer.parse().ok()?, expert: expert.parse().ok()?, kind })
-    }
-
-    /// The expert's own tensor, as older Mixtral files store it.
-    fn own_name(&self) -> String {
-        format!("blk.{}.ffn_{}.{}.weight", self.layer, self.kind, self.expert)
-    }
-
-    /// The layer's tensor of every expert's matrix of this kind, experts slowest.
-    fn stacked_name(&self) -> String {
-        format!("blk.{}.ffn_{}_exps.weight", self.layer, self.kind)
-    }
-}
-
-/// The GGUF name of a Hugging Face tensor name; other names come back unchanged.
-pub fn gguf_name(hf: &str) -> Cow<'_, str> {
-    let global = match hf {
-        "model.embed_tokens.weight" => Some("token_embd.weight"),
-        "lm_head.weight" => Some("output.weight"),
-        "model.norm.weight" => Some("output_norm.weight"),
-        _ => None,
-    };
-    if let Some(name) = global {
-        return Cow::Borrowed(name);
-    }
-    layer_name(hf).map_or(Cow::Borrowed(hf), Cow::Owned)
-}
-
-fn layer_name(hf: &str) -> Option<String> {
-    let rest = hf.strip_prefix("model.layers.")?;
-    let (layer, rest) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    let (module, kind) = rest.rsplit_once('.')?;
-    let gguf = match (module, kind) {
-        ("input_layernorm", "weight") => "attn_norm",
-        ("post_attention_layernorm", "weight") => "ffn_norm",
-        ("self_attn.q_proj", _) => "attn_q",
-        ("self_attn.k_proj", _) => "attn_k",
-        ("self_attn.v_proj", _) => "attn_v",
-        ("self_attn.o_proj", _) => "attn_output",
-        ("self_attn.q_norm", "weight") => "attn_q_norm",
-        ("self_attn.k_norm", "weight") => "attn_k_norm",
-        ("mlp.gate_proj", "weight") => "ffn_gate",
-        ("mlp.up_proj", "weight") => "ffn_up",
-        ("mlp.down_proj", "weight") => "ffn_down",
-        ("mlp.gate", "weight") => "ffn_gate_inp",
-        _ => return None,
-    };
-    matches!(kind, "weight" | "bias").then(|| format!("blk.{layer}.{gguf}.{kind}"))
 }
 
 /// Reads the metadata keys of one architecture, failing with the key's name.
@@ -278,7 +211,12 @@ fn model_config(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         fault("no token_embd.weight matrix and no tokenizer.ggml.tokens to size the vocabulary".into())
     })?;
     let intermediate_size = meta.usize("feed_forward_length")?;
-    let num_layers = meta.usize("block_count")?;
+    // A Qwen3-Next file counts its MTP head's blocks after the model's.
+    let nextn = if arch == "qwen3next" { meta.usize_or("nextn_predict_layers", Some(0))? } else { 0 };
+    let num_layers = match meta.usize("block_count")?.checked_sub(nextn) {
+        Some(n) if n > 0 => n,
+        _ => return Err(fault(format!("block_count leaves no layer beside {nextn} nextn_predict_layers"))),
+    };
     Ok(ModelConfig {
         arch: arch.to_string(),
         vocab_size,
@@ -296,9 +234,9 @@ fn model_config(file: &GgufFile) -> Result<ModelConfig, LoadError> {
         max_position: meta.usize("context_length")?,
         tie_embeddings: file.tensor("output.weight").is_none(),
         attn_bias: file.tensor("blk.0.attn_q.bias").is_some(),
-        qk_norm: file.tensor("blk.0.attn_q_norm.weight").is_some(),
+        qk_norm: arch == "qwen3next" || file.tensor("blk.0.attn_q_norm.weight").is_some(),
         moe: moe_config(&meta, intermediate_size, num_layers)?,
-        hybrid: None,
+        hybrid: if arch == "qwen3next" { Some(hybrid_config(&meta, num_layers, head_dim, nextn)?) } else { None },
     })
 }
 
@@ -329,8 +267,36 @@ fn moe_config(meta: &Meta, intermediate_size: usize, num_layers: usize) -> Resul
         norm_topk_prob,
         dense_layers: (0..num_layers).filter(|&li| !has_router(li)).collect(),
         sparse_step: 1,
-        shared_expert_size: None,
+        shared_expert_size: Some(meta.usize_or("expert_shared_feed_forward_length", Some(0))?).filter(|&n| n > 0),
     }))
+}
+
+/// Qwen3-Next's linear layers from llama.cpp's keys: every `full_attention_interval`-th layer is full attention.
+fn hybrid_config(meta: &Meta, num_layers: usize, head_dim: usize, nextn: usize) -> Result<HybridConfig, LoadError> {
+    let positive = |suffix: &str, default: Option<usize>| match meta.usize_or(suffix, default)? {
+        0 => Err(meta.fault(format!("{}.{suffix} must be positive", meta.arch))),
+        n => Ok(n),
+    };
+    let interval = positive("full_attention_interval", Some(4))?;
+    let (num_k_heads, num_v_heads) = (positive("ssm.group_count", None)?, positive("ssm.time_step_rank", None)?);
+    let inner = positive("ssm.inner_size", None)?;
+    let rotary_dim = positive("rope.dimension_count", Some(head_dim / 4))?;
+    if num_v_heads % num_k_heads != 0 || inner % num_v_heads != 0 || rotary_dim > head_dim || rotary_dim % 2 == 1 {
+        let what = format!("{num_k_heads} key heads, {num_v_heads} value heads of {inner}, rotary {rotary_dim}");
+        return Err(meta.fault(format!("{}: {what} do not make Gated DeltaNet layers", meta.arch)));
+    }
+    let head = meta.file.tensor(&format!("blk.{num_layers}.nextn.eh_proj.weight")).is_some();
+    Ok(HybridConfig {
+        linear: (0..num_layers).map(|i| !(i + 1).is_multiple_of(interval)).collect(),
+        num_k_heads,
+        num_v_heads,
+        k_head_dim: positive("ssm.state_size", None)?,
+        v_head_dim: inner / num_v_heads,
+        conv_kernel: positive("ssm.conv_kernel", None)?,
+        rotary_dim,
+        mtp_layers: if head { nextn.min(1) } else { 0 },
+        centred_norms: false,
+    })
 }
 
 #[cfg(test)]

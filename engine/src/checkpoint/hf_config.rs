@@ -247,6 +247,7 @@ impl RawConfig {
             conv_kernel: need(self.linear_conv_kernel_dim, "linear_conv_kernel_dim")?,
             rotary_dim,
             mtp_layers: 0,
+            centred_norms: true,
         }))
     }
 }

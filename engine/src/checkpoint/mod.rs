@@ -4,6 +4,7 @@ pub mod gguf;
 pub mod gguf_model;
 #[cfg(test)]
 mod gguf_moe_tests;
+mod gguf_names;
 pub mod hf;
 mod hf_config;
 pub mod onnx;

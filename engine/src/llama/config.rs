@@ -49,6 +49,9 @@ pub struct HybridConfig {
     pub rotary_dim: usize,
     /// Layers of the multi-token-prediction draft head the checkpoint holds (0 or 1).
     pub mtp_layers: usize,
+    /// The checkpoint stores the norms that scale by one plus their weight as the weight alone (Hugging Face); a
+    /// GGUF file stores them with the one added.
+    pub centred_norms: bool,
 }
 
 impl HybridConfig {
@@ -114,6 +117,11 @@ impl ModelConfig {
     /// Whether layer `li`'s MLP is a mixture of experts.
     pub fn is_moe_layer(&self, li: usize) -> bool {
         self.moe.as_ref().is_some_and(|m| m.is_moe_layer(li))
+    }
+
+    /// Whether the loader adds one to the norms' stored weights.
+    pub fn adds_one_to_norms(&self) -> bool {
+        self.hybrid.as_ref().is_some_and(|h| h.centred_norms)
     }
 
     /// Whether layer `li` is linear attention.

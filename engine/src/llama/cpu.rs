@@ -113,7 +113,7 @@ impl Llama {
             progress(i + 1, c.num_layers);
         }
         let mut norm = ld.vector(names::NORM, c.hidden_size)?;
-        if c.hybrid.is_some() {
+        if c.adds_one_to_norms() {
             norm.iter_mut().for_each(|w| *w += 1.0);
         }
         let lm_head = ld.lm_head(&c).map(|m| ld.matrix(&m.name, m.rows, m.cols)).transpose()?;

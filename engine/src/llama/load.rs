@@ -45,8 +45,9 @@ impl Loader<'_> {
         }
         let h = c.hidden_size;
         let kind = LayerKind { prefix: names::MTP_LAYERS, linear: false, moe: c.moe.is_some() };
+        let one = if c.adds_one_to_norms() { 1.0 } else { 0.0 };
         let centred = |name: &str| -> Result<Vec<f32>, LoadError> {
-            Ok(self.vector(name, h)?.into_iter().map(|w| w + 1.0).collect())
+            Ok(self.vector(name, h)?.into_iter().map(|w| w + one).collect())
         };
         let head = MtpHead {
             fc: self.matrix(names::MTP_FC, h, 2 * h)?,
@@ -62,7 +63,7 @@ impl Loader<'_> {
         let read = |m: &MatrixSpec| self.matrix(&m.name, m.rows, m.cols);
         // A hybrid's norms scale by one plus their weight; the gated norm of its linear layers does not.
         let centre = |v: &mut Vec<f32>| v.iter_mut().for_each(|w| *w += 1.0);
-        if c.hybrid.is_some() {
+        if c.adds_one_to_norms() {
             [&mut t.input_norm, &mut t.post_norm].into_iter().for_each(centre);
             if let Some((q, k)) = &mut t.qk_norm {
                 [q, k].into_iter().for_each(centre);

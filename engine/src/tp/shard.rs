@@ -265,6 +265,7 @@ mod moe_tests {
             conv_kernel: 4,
             rotary_dim: 2,
             mtp_layers: 0,
+            centred_norms: true,
         };
         let ckpt = ConfigOnly(ModelConfig { arch: "qwen3_next".into(), hybrid: Some(hybrid), ..qwen3_moe() });
         let err = ShardedCheckpoint::new(&ckpt, 0, 2).err().expect("sharding a hybrid should fail").to_string();
