@@ -222,3 +222,28 @@ fn test_hybrid_state_after_rejected_drafts_equals_never_drafted() {
         assert!(same_bits(&got, &want[pos * vocab..(pos + 1) * vocab]), "position {pos} kept a rejected draft");
     }
 }
+
+#[test]
+fn test_hybrid_draft_head_keeps_a_shared_prefix_page_the_prefix_s() {
+    let llama = hybrid();
+    let a = moe_ids(24, 10);
+    let b: Vec<u32> = a[..16].iter().copied().chain(moe_ids(8, 11)).collect();
+    let head = |pool: &mut KvPool, tokens: &[u32], start: usize, pages: &[u32]| {
+        let lane = LaneStep { tokens, start_pos: start, pages, logits: Logits::All, keep: None };
+        llama.run_draft_head(pool, &[lane]).remove(0).values().unwrap().to_vec()
+    };
+    let run = |with_b: bool| {
+        let mut pool = KvPool::new(llama.kv_layout(PAGE_TOKENS), 4);
+        let (pa, pb) = ([0u32, 1], [0u32, 2]);
+        step(&llama, &mut pool, &a[..20], 0, &pa);
+        head(&mut pool, &a[..20], 0, &pa);
+        if with_b {
+            // B resumes from A's first page and its head catches up over all of B's tokens.
+            step(&llama, &mut pool, &b[16..], 16, &pb);
+            head(&mut pool, &b, 0, &pb);
+        }
+        step(&llama, &mut pool, &a[20..], 20, &pa);
+        head(&mut pool, &a[20..], 20, &pa)
+    };
+    assert!(same_bits(&run(false), &run(true)), "another lane's head changed a shared page");
+}

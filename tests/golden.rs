@@ -209,7 +209,7 @@ fn test_mtp_head_logits_match_the_reference() {
     assert!(checked >= 4, "only {checked} prompts have MTP rows");
 }
 
-/// Q8_0 rounds the decay gates' inputs too, which the rates (up to 16) then scale: a bound that a wrong tensor
+/// Q8_0 rounds the decay gates' inputs too, which the decay rates then scale: a bound that a wrong tensor
 /// layout or a misplaced one (errors of the logits' own size) still fails.
 const HYBRID_Q8_BOUND: f32 = 0.5;
 

@@ -166,6 +166,11 @@ pub struct Query<'a> {
 
 /// Causal grouped-query attention of each query row over positions `0..=pos`; writes `num_heads * head_dim` per row.
 pub fn attend(pool: &KvPool, layer: usize, queries: &[Query], num_heads: usize, out: &mut [f32]) {
+    attend_from(pool, layer, queries, num_heads, 0, out);
+}
+
+/// `attend` over positions `first..=pos` only (a draft head's keys start at its first row's).
+pub fn attend_from(pool: &KvPool, layer: usize, queries: &[Query], num_heads: usize, first: usize, out: &mut [f32]) {
     let d = pool.layout.head_dim;
     let group = num_heads / pool.layout.num_kv_heads;
     let scale = 1.0 / (d as f32).sqrt();
@@ -174,12 +179,12 @@ pub fn attend(pool: &KvPool, layer: usize, queries: &[Query], num_heads: usize, 
         let q = &query.q[head * d..(head + 1) * d];
         let kv = (head / group) * d;
         let scores: Vec<f32> =
-            (0..=query.pos).map(|p| dot(q, &pool.key(layer, query.pages, p)[kv..kv + d]) * scale).collect();
+            (first..=query.pos).map(|p| dot(q, &pool.key(layer, query.pages, p)[kv..kv + d]) * scale).collect();
         let max = scores.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
         let probs: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
         let denom = probs.iter().fold(0f32, |a, p| a + p);
         o.fill(0.0);
-        for (p, w) in probs.iter().enumerate() {
+        for (p, w) in (first..).zip(&probs) {
             let v = &pool.value(layer, query.pages, p)[kv..kv + d];
             axpy(w / denom, v, o);
         }

@@ -343,7 +343,9 @@ impl LaneBook for TokenBook {
                 if let Some(from) = s.drafted_from.take() {
                     let (drafted, accepted) = (lane.drafter.pending, lane.drafter.accepted);
                     s.seen = match (drafted, &s.lease) {
-                        (0, _) => 0,
+                        // An own head's earlier rows stay right; a draft model's pool may have lost them.
+                        (0, None) => s.seen,
+                        (0, Some(_)) => 0,
                         (_, None) => from,
                         (_, Some(_)) => from + accepted.min(drafted - 1),
                     };

@@ -69,16 +69,26 @@ async fn lent_room(
         Ok(buffers) => buffers,
         Err(e) => return Ok(Err(e.to_string())),
     };
+    let num_lent_pages = buffers.layout.num_pages;
+    let total = num_pages + num_lent_pages;
     // The own pages are mapped here rather than by the driver, so the ledger adopts them under the cap.
     let own = Adopt { kind: MemoryKind::KvCache, bytes: 2 * layout.buffer_bytes(num_pages) };
     let held = vec![
         device.send(own).await.map_err(gone)??,
         device.send(Adopt { kind: MemoryKind::Lent, bytes: lent_bytes }).await.map_err(gone)??,
     ];
-    let num_lent_pages = buffers.layout.num_pages;
-    let total = num_pages + num_lent_pages;
-    let pool = KvPool::with_storage(layout, total, Box::new(buffers.keys), Box::new(buffers.values));
-    let pool = own_states(device, pool).await?;
+    // Every page's recurrent state stays in own memory, the lent pages' too: without room for it, no carveout.
+    let states = match layout.state_bytes(total) {
+        0 => None,
+        bytes => match device.send(Allocate { kind: MemoryKind::KvCache, bytes }).await.map_err(gone)? {
+            Ok(states) => Some(states),
+            Err(e) => return Ok(Err(format!("the recurrent state of {total} pages ({bytes} bytes): {e}"))),
+        },
+    };
+    let mut pool = KvPool::with_storage(layout, total, Box::new(buffers.keys), Box::new(buffers.values));
+    if let Some(states) = states {
+        pool = pool.with_states(Box::new(states));
+    }
     log_lent(lent_bytes, num_lent_pages, layout, "host");
     Ok(Ok(Room { pool, num_pages: total, num_lent_pages, held }))
 }

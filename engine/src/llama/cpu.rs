@@ -2,7 +2,7 @@
 //! config.
 
 use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneRows, LaneStep, Logits};
-use tensorfold_kernels::attention::{attend, Query};
+use tensorfold_kernels::attention::{attend_from, Query};
 use tensorfold_kernels::matmul::{matmul_with, Activations};
 use tensorfold_kernels::ops::{self, Rope};
 use tensorfold_kernels::Weight;
@@ -357,7 +357,9 @@ impl LlamaSteps for CpuPass<'_, '_> {
             }
             self.m.rope.apply_partial(q, c.head_dim, pos);
             self.m.rope.apply_partial(k, c.head_dim, pos);
-            self.pool.write(layer, pages, pos, k, v);
+            // A draft head's row runs at its token's position less one but keeps its keys at its token's own.
+            let slot = if li >= c.num_layers { pos + 1 } else { pos };
+            self.pool.write(layer, pages, slot, k, v);
         }
         Ok(())
     }
@@ -370,10 +372,12 @@ impl LlamaSteps for CpuPass<'_, '_> {
             .qkv
             .chunks_exact(width)
             .zip(&self.queries)
-            .map(|(r, &(pos, pages))| Query { q: &r[..q_dim], pos, pages })
+            .map(|(r, &(pos, pages))| Query { q: &r[..q_dim], pos: pos + usize::from(li >= c.num_layers), pages })
             .collect();
         self.attn = vec![0f32; self.queries.len() * q_dim];
-        attend(self.pool, c.pool_layer(li), &qs, c.num_heads, &mut self.attn);
+        // A draft head's keys start at token 1's slot: token 0 has no row.
+        let first = usize::from(li >= c.num_layers);
+        attend_from(self.pool, c.pool_layer(li), &qs, c.num_heads, first, &mut self.attn);
         Ok(())
     }
 

@@ -3,7 +3,8 @@
 //!
 //! Row j of a head step takes token j, reads the hidden state the main model left in position j - 1's page slot,
 //! and runs at position j - 1: the embedding and the hidden state each RMS-normed, joined embedding first, projected
-//! by `fc`, one decoder layer (its own keys and values after the attention layers' in the pool), the head's norm,
+//! by `fc`, one decoder layer (its keys and values after the attention layers' in the pool, in token j's own slot,
+//! so a slot's contents follow from the tokens up to it, as a shared prefix page's must), the head's norm,
 //! then the model's output head. A lane that asks for its last pick (`Logits::Argmax`) must end at its newest
 //! token, which the main model has not run yet: the head leaves its last row's output in that token's slot, so it
 //! can run again on its own guess, and the main model writes the slot again when it verifies the position. Drafts
@@ -47,7 +48,8 @@ impl Llama {
     }
 
     /// The draft head over each lane's tokens (token j at position j - 1; a token at 0 has no row); each lane gets
-    /// the rows its step asks for. Panics where the model has no head: ask `has_draft_head` first.
+    /// the rows its step asks for. A lane asking `Argmax` needs a page for the position after its last token. Panics
+    /// where the model has no head: ask `has_draft_head` first.
     pub fn run_draft_head(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<LaneRows> {
         rayon::scope(|_| self.draft_on_pool(pool, lanes))
     }
@@ -111,9 +113,9 @@ impl Llama {
         let Ok(()) = steps(&mut pass);
         let mut normed = vec![0f32; pass.x.len()];
         ops::rms_norm(&pass.x, &head.norm, c.rms_eps, &mut normed);
-        let (vocab, mut at, mut out) = (c.vocab_size, 0, Vec::with_capacity(lanes.len()));
-        let mut logits = vec![0f32; rows * vocab];
-        matmul_with(&normed, rows, self.head_weight(), &mut logits, self.activations());
+        // Only the rows the lanes ask for go through the output head.
+        let (vocab, mut at) = (c.vocab_size, 0);
+        let mut wanted = Vec::with_capacity(lanes.len());
         for l in lanes {
             let n = l.tokens.len();
             if l.logits == Logits::Argmax {
@@ -121,12 +123,23 @@ impl Llama {
                 let last = l.start_pos + n - 1;
                 self.write_hidden(pass.pool, l.pages, last + 1, &normed[(at + n - 1) * h..(at + n) * h]);
             }
-            let wanted = match l.logits {
+            wanted.push(match l.logits {
+                Logits::None => at + n..at + n,
                 Logits::Last | Logits::Argmax => at + n - 1..at + n,
                 _ => at..at + n,
-            };
-            out.push(l.logits.take(&logits[wanted.start * vocab..wanted.end * vocab], vocab));
+            });
             at += n;
+        }
+        let picked: Vec<f32> = wanted.iter().flat_map(|r| normed[r.start * h..r.end * h].iter().copied()).collect();
+        let num = picked.len() / h;
+        let mut logits = vec![0f32; num * vocab];
+        matmul_with(&picked, num, self.head_weight(), &mut logits, self.activations());
+        let mut from = 0;
+        let mut out = Vec::with_capacity(lanes.len());
+        for (l, r) in lanes.iter().zip(&wanted) {
+            let k = r.end - r.start;
+            out.push(l.logits.take(&logits[from * vocab..(from + k) * vocab], vocab));
+            from += k;
         }
         out
     }
