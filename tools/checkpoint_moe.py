@@ -24,7 +24,9 @@ def check_moe_layers(model, fields):
     for name, param in model.named_parameters():
         assert torch.isfinite(param).all() and param.abs().max() < 10, f"{name} was not initialised"
     if "head_dim" in fields:
-        attention = next(layer.self_attn for layer in model.model.layers if hasattr(layer, "self_attn"))
+        attention = next((layer.self_attn for layer in model.model.layers if hasattr(layer, "self_attn")), None)
+        if attention is None:
+            return
         q = attention.q_proj.weight
         # Qwen3-Next's query projection also gives each head its output gate.
         width = fields["num_attention_heads"] * fields["head_dim"] * (2 if "linear_num_key_heads" in fields else 1)

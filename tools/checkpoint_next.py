@@ -51,6 +51,38 @@ NEXT_SHAPES = {
             mlp_only_layers=[1],
         ),
     ),
+    # Qwen3-Next-80B-A3B's shape; --layers cuts it to fit one GPU (24 layers are about 40B parameters, 80 GB in bf16).
+    "qwen3-next-80b-a3b": (
+        "qwen3_next",
+        dict(
+            vocab_size=151936,
+            hidden_size=2048,
+            intermediate_size=5120,
+            num_hidden_layers=48,
+            num_attention_heads=16,
+            num_key_value_heads=2,
+            head_dim=256,
+            max_position_embeddings=262144,
+            rms_norm_eps=1e-6,
+            rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25),
+            tie_word_embeddings=False,
+            full_attention_interval=4,
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=128,
+            linear_value_head_dim=128,
+            linear_num_key_heads=16,
+            linear_num_value_heads=32,
+            num_experts=512,
+            num_experts_per_tok=10,
+            moe_intermediate_size=512,
+            shared_expert_intermediate_size=512,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            bos_token_id=151643,
+            eos_token_id=151645,
+        ),
+    ),
 }
 
 
@@ -81,14 +113,18 @@ class MtpHead(torch.nn.Module):
         return model.lm_head(self.norm(x))
 
 
-def seeded_mtp(config, seed):
+def seeded_mtp(config, seed, dtype=torch.float32):
     """An MTP head with seeded weights: norms near one (they scale by one plus their weight), the rest normal."""
     torch.manual_seed(seed + 3)
-    head = MtpHead(config)
+    torch.set_default_dtype(dtype)
+    try:
+        head = MtpHead(config)
+    finally:
+        torch.set_default_dtype(torch.float32)
     generator = torch.Generator().manual_seed(seed + 4)
     with torch.no_grad():
         for name, param in head.named_parameters():
-            noise = torch.randn(param.shape, generator=generator)
+            noise = torch.randn(param.shape, generator=generator).to(param.dtype)
             scale = 0.2 if name.endswith("norm.weight") else config.initializer_range
             param.copy_(scale * noise)
     return head.eval()
@@ -113,11 +149,20 @@ def mtp_tensors(head, config):
 
 
 def add_mtp(out, model, seed):
-    """Adds a seeded MTP head to a saved Qwen3-Next checkpoint: its tensors and `num_nextn_predict_layers`."""
-    weights = out / "model.safetensors"
-    tensors = load_file(weights)
-    tensors.update(mtp_tensors(seeded_mtp(model.config, seed), model.config))
-    save_file(tensors, weights, metadata={"format": "pt"})
+    """Adds a seeded MTP head to a saved Qwen3-Next checkpoint, in the model's dtype: into its one file, or as a shard
+    of its own that the index names; and `num_nextn_predict_layers` to its config."""
+    head = mtp_tensors(seeded_mtp(model.config, seed, model.dtype), model.config)
+    index = out / "model.safetensors.index.json"
+    if index.exists():
+        save_file(head, out / "model-mtp.safetensors", metadata={"format": "pt"})
+        listing = json.loads(index.read_text())
+        listing["weight_map"].update({name: "model-mtp.safetensors" for name in head})
+        index.write_text(json.dumps(listing, indent=2) + "\n")
+    else:
+        weights = out / "model.safetensors"
+        tensors = load_file(weights)
+        tensors.update(head)
+        save_file(tensors, weights, metadata={"format": "pt"})
     config = json.loads((out / "config.json").read_text())
     config["num_nextn_predict_layers"] = 1
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
@@ -127,7 +172,9 @@ def load_mtp(out, model):
     """The saved MTP head, read back from the checkpoint."""
     head = MtpHead(model.config)
     stacked = {}
-    tensors = {k[len("mtp.") :]: v for k, v in load_file(out / "model.safetensors").items() if k.startswith("mtp.")}
+    files = [out / "model-mtp.safetensors", out / "model.safetensors"]
+    found = load_file(next(f for f in files if f.exists()))
+    tensors = {k[len("mtp.") :]: v.float() for k, v in found.items() if k.startswith("mtp.")}
     for name, param in head.state_dict().items():
         if name.endswith("experts.gate_up_proj"):
             prefix = name[: -len("gate_up_proj")]
