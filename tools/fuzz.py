@@ -7,7 +7,9 @@ Every route in /openapi.json gets generated requests, valid and not, in schemath
 examples, boundary coverage, random fuzzing, stateful sequences). A run passes when no reply is a 5xx, every reply
 arrives within --max-response-time and matches the document (status, headers, content type, body, each SSE
 event), and the server still answers /health and a chat request afterwards. It prints one JSON line: the cases
-generated, the failures, the seconds, and whether the server was alive after.
+generated, the failures, the seconds, and whether the server was alive after. A run that schemathesis ends with an
+error inside its own case generator (no case failed or errored; CPython 3.11.7's parser can fail so deep in
+hypothesis's strategies) runs once more with the next seed, and the line says so.
 
 Two of schemathesis's checks are left out, since a schema cannot state what they need: whether a schema-valid
 request is accepted (token ids and `dimensions` depend on the loaded model, `max_tokens` on speech depends on the
@@ -63,36 +65,47 @@ def main():
     report_dir = args.report_dir or tempfile.mkdtemp(prefix="tf-fuzz-")
     os.makedirs(report_dir, exist_ok=True)
     report = os.path.join(report_dir, "schemathesis.json")
-    command = schemathesis_command() + [
-        "run", f"{args.base_url}/openapi.json",
-        "--url", args.base_url,
-        "--checks", "all",
-        "--exclude-checks", EXCLUDED_CHECKS,
-        "--max-response-time", str(args.max_response_time),
-        "--request-timeout", str(args.max_response_time * 2),
-        "--max-examples", str(args.examples),
-        "--seed", str(args.seed),
-        "--workers", args.workers,
-        "--no-shrink",
-        "--continue-on-failure",
-        "--report", "json",
-        "--report-json-path", report,
-    ]
+    def command(seed):
+        return schemathesis_command() + [
+            "run", f"{args.base_url}/openapi.json",
+            "--url", args.base_url,
+            "--checks", "all",
+            "--exclude-checks", EXCLUDED_CHECKS,
+            "--max-response-time", str(args.max_response_time),
+            "--request-timeout", str(args.max_response_time * 2),
+            "--max-examples", str(args.examples),
+            "--seed", str(seed),
+            "--workers", args.workers,
+            "--no-shrink",
+            "--continue-on-failure",
+            "--report", "json",
+            "--report-json-path", report,
+        ]
+
     started = time.monotonic()
-    # schemathesis keeps its state in the working directory: the report's, not the caller's.
-    run = subprocess.run(command, capture_output=True, text=True, cwd=report_dir)
+    retried = 0
+    while True:
+        # schemathesis keeps its state in the working directory: the report's, not the caller's.
+        run = subprocess.run(command(args.seed + retried), capture_output=True, text=True, cwd=report_dir)
+        try:
+            with open(report) as f:
+                cases = json.load(f)["test_cases"]
+        except (OSError, ValueError, KeyError):
+            cases = {}
+        # An error inside schemathesis's own generator, with no failed or errored case, is the tool's: run again once.
+        tool_error = "Runtime Error" in run.stdout and not cases.get("with_failures") and not cases.get("errored")
+        if run.returncode == 0 or not tool_error or retried == 1:
+            break
+        sys.stderr.write(run.stdout[-3000:])
+        retried += 1
     seconds = time.monotonic() - started
-    try:
-        with open(report) as f:
-            cases = json.load(f)["test_cases"]
-    except (OSError, ValueError, KeyError):
-        cases = {}
     summary = {
         "cases": cases.get("generated", 0),
         "with_failures": cases.get("with_failures", 0),
         "unique_failures": cases.get("unique_failures", 0),
         "errored": cases.get("errored", 0),
         "schemathesis_exit": run.returncode,
+        "retried_after_tool_error": retried,
         "seconds": round(seconds, 1),
         "alive_after": alive(args.base_url, args.max_response_time),
         "report": report,
