@@ -15,75 +15,69 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 from transformers.models.qwen3_next import modeling_qwen3_next as qn
 
-NEXT_SHAPES = {
-    # Flash Next: three Gated DeltaNet layers around one gated attention layer; layer 1's MLP is dense, the others
-    # are experts with a gated shared expert. Key heads 2 under value heads 4 keeps the grouping in play.
-    "tiny-qwen3-next": (
-        "qwen3_next",
-        dict(
-            hidden_size=64,
-            intermediate_size=128,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=512,
-            max_position_embeddings=256,
-            initializer_range=0.1,
-            bos_token_id=None,
-            eos_token_id=None,
-            pad_token_id=None,
-            num_hidden_layers=4,
-            layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
-            head_dim=32,
-            rms_norm_eps=1e-6,
-            rope_parameters=dict(rope_type="default", rope_theta=1000000.0, partial_rotary_factor=0.25),
-            tie_word_embeddings=False,
-            linear_conv_kernel_dim=4,
-            linear_key_head_dim=16,
-            linear_value_head_dim=16,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            num_experts=16,
-            num_experts_per_tok=4,
-            moe_intermediate_size=32,
-            shared_expert_intermediate_size=48,
-            norm_topk_prob=True,
-            decoder_sparse_step=1,
-            mlp_only_layers=[1],
+
+def next_shapes(tiny):
+    """The family's shapes; `tiny` is make_checkpoint.py's base of the committed tiny shapes."""
+    return {
+        # Flash Next: three Gated DeltaNet layers around one gated attention layer; layer 1's MLP is dense, the others
+        # are experts with a gated shared expert. Key heads 2 under value heads 4 keeps the grouping in play.
+        "tiny-qwen3-next": (
+            "qwen3_next",
+            dict(
+                tiny,
+                num_hidden_layers=4,
+                layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+                head_dim=32,
+                rms_norm_eps=1e-6,
+                rope_parameters=dict(rope_type="default", rope_theta=1000000.0, partial_rotary_factor=0.25),
+                tie_word_embeddings=False,
+                linear_conv_kernel_dim=4,
+                linear_key_head_dim=16,
+                linear_value_head_dim=16,
+                linear_num_key_heads=2,
+                linear_num_value_heads=4,
+                num_experts=16,
+                num_experts_per_tok=4,
+                moe_intermediate_size=32,
+                shared_expert_intermediate_size=48,
+                norm_topk_prob=True,
+                decoder_sparse_step=1,
+                mlp_only_layers=[1],
+            ),
         ),
-    ),
-    # Qwen3-Next-80B-A3B's shape; --layers cuts it to fit one GPU (24 layers are about 40B parameters, 80 GB in bf16).
-    "qwen3-next-80b-a3b": (
-        "qwen3_next",
-        dict(
-            vocab_size=151936,
-            hidden_size=2048,
-            intermediate_size=5120,
-            num_hidden_layers=48,
-            num_attention_heads=16,
-            num_key_value_heads=2,
-            head_dim=256,
-            max_position_embeddings=262144,
-            rms_norm_eps=1e-6,
-            rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25),
-            tie_word_embeddings=False,
-            full_attention_interval=4,
-            linear_conv_kernel_dim=4,
-            linear_key_head_dim=128,
-            linear_value_head_dim=128,
-            linear_num_key_heads=16,
-            linear_num_value_heads=32,
-            num_experts=512,
-            num_experts_per_tok=10,
-            moe_intermediate_size=512,
-            shared_expert_intermediate_size=512,
-            norm_topk_prob=True,
-            decoder_sparse_step=1,
-            mlp_only_layers=[],
-            bos_token_id=151643,
-            eos_token_id=151645,
+        # Qwen3-Next-80B-A3B's shape; --layers cuts it to fit one GPU (24 layers are about 40B parameters, 80 GB in bf16).
+        "qwen3-next-80b-a3b": (
+            "qwen3_next",
+            dict(
+                vocab_size=151936,
+                hidden_size=2048,
+                intermediate_size=5120,
+                num_hidden_layers=48,
+                num_attention_heads=16,
+                num_key_value_heads=2,
+                head_dim=256,
+                max_position_embeddings=262144,
+                rms_norm_eps=1e-6,
+                rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25),
+                tie_word_embeddings=False,
+                full_attention_interval=4,
+                linear_conv_kernel_dim=4,
+                linear_key_head_dim=128,
+                linear_value_head_dim=128,
+                linear_num_key_heads=16,
+                linear_num_value_heads=32,
+                num_experts=512,
+                num_experts_per_tok=10,
+                moe_intermediate_size=512,
+                shared_expert_intermediate_size=512,
+                norm_topk_prob=True,
+                decoder_sparse_step=1,
+                mlp_only_layers=[],
+                bos_token_id=151643,
+                eos_token_id=151645,
+            ),
         ),
-    ),
-}
+    }
 
 
 class MtpHead(torch.nn.Module):

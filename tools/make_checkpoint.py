@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import transformers
 from checkpoint_moe import check_moe_layers, expert_layout, router_gaps
-from checkpoint_next import NEXT_SHAPES, add_mtp, bf16_errors, mtp_golden
+from checkpoint_next import add_mtp, bf16_errors, mtp_golden, next_shapes
 from transformers import (
     AutoModelForCausalLM,
     LlamaConfig,
@@ -209,7 +209,7 @@ SHAPES = {
             eos_token_id=151643,
         ),
     ),
-    **NEXT_SHAPES,
+    **next_shapes(TINY),
     "qwen3-8b": (
         "qwen3",
         dict(

@@ -201,10 +201,7 @@ impl Engine for Llama {
     }
 
     fn draft_head(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
-        match Llama::has_draft_head(self) {
-            true => Ok(self.run_draft_head(pool, lanes)),
-            false => Err(EngineError::Sizing("the model has no draft head".into())),
-        }
+        self.try_draft_head(pool, lanes)
     }
 
     fn host_bytes(&self, round_tokens: usize, lanes: usize) -> (usize, usize) {
@@ -231,10 +228,7 @@ impl Engine for &Llama {
     }
 
     fn draft_head(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
-        match Llama::has_draft_head(self) {
-            true => Ok(self.run_draft_head(pool, lanes)),
-            false => Err(EngineError::Sizing("the model has no draft head".into())),
-        }
+        self.try_draft_head(pool, lanes)
     }
 
     fn host_bytes(&self, round_tokens: usize, lanes: usize) -> (usize, usize) {
@@ -274,6 +268,18 @@ impl Llama {
             out: Vec::new(),
         }
     }
+}
+
+/// Each lane's rows, within the round's, that its step's `Logits` asks for: its last ones.
+pub(super) fn wanted_rows(lanes: &[LaneStep]) -> Vec<std::ops::Range<usize>> {
+    let mut start = 0;
+    lanes
+        .iter()
+        .map(|l| {
+            start += l.tokens.len();
+            start - l.logits.rows(l.tokens.len())..start
+        })
+        .collect()
 }
 
 /// One CPU pass over a round's rows: the buffers the steps of `forward` read and write.
@@ -452,29 +458,28 @@ impl LlamaSteps for CpuPass<'_, '_> {
 
     fn logits(&mut self) -> Result<(), Self::Error> {
         let (m, h) = (self.m, self.m.cfg.hidden_size);
-        if m.cfg.hidden_rows() > 0 {
+        let all = (m.cfg.hidden_rows() > 0).then(|| {
             // Every row's final hidden state stays in its page for the draft head.
             let mut all = vec![0f32; self.x.len()];
             ops::rms_norm(&self.x, &m.norm, m.cfg.rms_eps, &mut all);
             for (row, &(pos, pages)) in all.chunks_exact(h).zip(&self.queries) {
                 m.write_hidden(self.pool, pages, pos, row);
             }
-        }
-        let mut rows = Vec::new();
-        let mut start = 0;
-        for lane in self.lanes {
-            let n = lane.tokens.len();
-            let wanted = match lane.logits {
-                Logits::None => start + n..start + n,
-                Logits::Last | Logits::Argmax => start + n - 1..start + n,
-                Logits::All | Logits::Picks | Logits::Hidden => start..start + n,
-            };
-            rows.push(wanted);
-            start += n;
-        }
-        let picked: Vec<f32> = rows.iter().flat_map(|r| self.x[r.start * h..r.end * h].iter().copied()).collect();
-        let mut normed = vec![0f32; picked.len()];
-        ops::rms_norm(&picked, &m.norm, m.cfg.rms_eps, &mut normed);
+            all
+        });
+        let rows = wanted_rows(self.lanes);
+        let pick =
+            |x: &[f32]| -> Vec<f32> { rows.iter().flat_map(|r| x[r.start * h..r.end * h].iter().copied()).collect() };
+        // Each row is normed alone, so picking before or after the norm gives the same bits.
+        let normed = match all {
+            Some(all) => pick(&all),
+            None => {
+                let picked = pick(&self.x);
+                let mut normed = vec![0f32; picked.len()];
+                ops::rms_norm(&picked, &m.norm, m.cfg.rms_eps, &mut normed);
+                normed
+            }
+        };
         // Hidden rows leave after the final norm; only the others go through the output projection.
         let is_hidden = |lane: &LaneStep| lane.logits == Logits::Hidden;
         let to_head: std::borrow::Cow<[f32]> = match self.lanes.iter().any(is_hidden) {

@@ -14,8 +14,8 @@ use tensorfold_kernels::matmul::matmul_with;
 use tensorfold_kernels::ops;
 use tensorfold_kernels::Weight;
 
-use crate::boundary::{KvPool, LaneRows, LaneStep, Logits};
-use crate::llama::cpu::Llama;
+use crate::boundary::{EngineError, KvPool, LaneRows, LaneStep, Logits};
+use crate::llama::cpu::{wanted_rows, Llama};
 use crate::llama::forward::{LayerNorm, LlamaSteps};
 
 /// The head's own tensors; its decoder layer sits after the main layers.
@@ -52,6 +52,14 @@ impl Llama {
     /// where the model has no head: ask `has_draft_head` first.
     pub fn run_draft_head(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<LaneRows> {
         rayon::scope(|_| self.draft_on_pool(pool, lanes))
+    }
+
+    /// `run_draft_head`, or an error naming the want of a head.
+    pub(super) fn try_draft_head(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
+        match self.has_draft_head() {
+            true => Ok(self.run_draft_head(pool, lanes)),
+            false => Err(EngineError::Sizing("the model has no draft head".into())),
+        }
     }
 
     fn draft_on_pool(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<LaneRows> {
@@ -114,21 +122,11 @@ impl Llama {
         let mut normed = vec![0f32; pass.x.len()];
         ops::rms_norm(&pass.x, &head.norm, c.rms_eps, &mut normed);
         // Only the rows the lanes ask for go through the output head.
-        let (vocab, mut at) = (c.vocab_size, 0);
-        let mut wanted = Vec::with_capacity(lanes.len());
-        for l in lanes {
-            let n = l.tokens.len();
-            if l.logits == Logits::Argmax {
-                // The guess's own state, for the head's next step on its guess.
-                let last = l.start_pos + n - 1;
-                self.write_hidden(pass.pool, l.pages, last + 1, &normed[(at + n - 1) * h..(at + n) * h]);
-            }
-            wanted.push(match l.logits {
-                Logits::None => at + n..at + n,
-                Logits::Last | Logits::Argmax => at + n - 1..at + n,
-                _ => at..at + n,
-            });
-            at += n;
+        let (vocab, wanted) = (c.vocab_size, wanted_rows(lanes));
+        for (l, r) in lanes.iter().zip(&wanted).filter(|(l, _)| l.logits == Logits::Argmax) {
+            // The guess's own state, for the head's next step on its guess.
+            let next = l.start_pos + l.tokens.len();
+            self.write_hidden(pass.pool, l.pages, next, &normed[r.start * h..r.end * h]);
         }
         let picked: Vec<f32> = wanted.iter().flat_map(|r| normed[r.start * h..r.end * h].iter().copied()).collect();
         let num = picked.len() / h;
