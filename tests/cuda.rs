@@ -11,12 +11,12 @@ use tensorfold_actors::memory::cuda_driver::CudaDriver;
 use tensorfold_actors::memory::device::{spawn_device, Allocate, Snapshot};
 use tensorfold_actors::memory::ledger::{DevicePtr, DriverError, DriverTable, Ledger, LedgerError, MemoryKind};
 use tensorfold_engine::boundary::{Engine, KvPool, LaneRows, LaneStep, Logits};
-use tensorfold_engine::checkpoint::hf::HfCheckpoint;
 use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};
 use tensorfold_engine::llama::cuda::{CudaLlama, Sizing};
-use tensorfold_engine::llama::Llama;
 
-use common::cuda::{checkpoint, gpu, load, same_bits, switch, tokens, VOCAB};
+use common::cuda::{
+    agrees_with_the_cpu, checkpoint, gpu, load, row_alone_equals_row_in_batches, same_bits, switch, tokens, VOCAB,
+};
 use common::Rng;
 
 #[test]
@@ -24,38 +24,8 @@ fn test_a_row_alone_equals_the_row_in_batches_of_2_to_256() {
     let Some(dev) = gpu() else { return };
     let dir = checkpoint("llama", 1);
     let mut model = load(&dev, dir.path(), Sizing { max_tokens: 512, max_lanes: 256, context: 256 });
-    let mut pool: KvPool = dev.kv_pool(&model, PAGE_TOKENS, 1024).unwrap();
-    let mut rng = Rng(2);
     // 150 positions span three attention splits, folded in one block or by the combine kernel.
-    let prompt = tokens(&mut rng, 150);
-    let probe_pages: Vec<u32> = (0..(151u32).div_ceil(PAGE_TOKENS as u32)).collect();
-    let first_free = probe_pages.len() as u32;
-    let prefill = LaneStep { tokens: &prompt, start_pos: 0, pages: &probe_pages, logits: Logits::None, keep: None };
-    model.forward(&mut pool, &[prefill]).unwrap();
-    let next = [7u32];
-    let step =
-        || LaneStep { tokens: &next, start_pos: prompt.len(), pages: &probe_pages, logits: Logits::Last, keep: None };
-    let alone = model.forward(&mut pool, &[step()]).unwrap().remove(0);
-    for size in [2usize, 3, 16, 17, 64, 100, 255, 256] {
-        let others = tokens(&mut rng, size - 1);
-        let pages: Vec<Vec<u32>> = (0..size - 1).map(|i| vec![first_free + i as u32 * 3]).collect();
-        let at = rng.below(size as u64) as usize;
-        let mut lanes: Vec<LaneStep> = others
-            .iter()
-            .zip(&pages)
-            .map(|(t, p)| LaneStep {
-                tokens: std::slice::from_ref(t),
-                start_pos: 0,
-                pages: p,
-                logits: Logits::Last,
-                keep: None,
-            })
-            .collect();
-        lanes.insert(at, step());
-        let out = model.forward(&mut pool, &lanes).unwrap();
-        let (alone, got) = (alone.values().unwrap(), out[at].values().unwrap());
-        assert!(same_bits(alone, got), "the row differs inside a batch of {size} rows at {at}");
-    }
+    row_alone_equals_row_in_batches(&dev, &mut model, 150, &[2, 3, 16, 17, 64, 100, 255, 256], 2);
 }
 
 /// Decode rounds replayed from recorded graphs, with RoPE and the cache write fused into attention, or with the
@@ -268,32 +238,7 @@ fn test_an_8k_prompt_prefilled_whole_or_in_chunks_of_512_equals_it_token_by_toke
 fn test_gpu_logits_agree_with_the_cpu_path_on_each_variant() {
     let Some(dev) = gpu() else { return };
     for (i, arch) in ["llama", "qwen2", "qwen3"].into_iter().enumerate() {
-        let dir = checkpoint(arch, 10 + i as u64);
-        let mut gpu_model = load(&dev, dir.path(), Sizing { max_tokens: 256, max_lanes: 1, context: 256 });
-        let cpu_model = Llama::load(&HfCheckpoint::open(dir.path()).unwrap()).unwrap();
-        let prompt = tokens(&mut Rng(20 + i as u64), 50);
-        let pool = dev.kv_pool(&gpu_model, PAGE_TOKENS, 8).unwrap();
-        let mut on_gpu = Sequence::with_pool(&mut gpu_model, pool);
-        let mut on_cpu = Sequence::new(&cpu_model, 128);
-        let (mut g, mut c) =
-            (on_gpu.extend(&prompt, 64, Logits::Last).unwrap(), on_cpu.extend(&prompt, 64, Logits::Last).unwrap());
-        let mut agreed = 0;
-        for _ in 0..16 {
-            let err = g.iter().zip(&c).map(|(a, b)| (a - b).powi(2)).sum::<f32>().sqrt();
-            let norm = c.iter().map(|b| b * b).sum::<f32>().sqrt();
-            assert!(err / norm < 0.03, "{arch}: relative logits error {} after {agreed} steps", err / norm);
-            let (tg, tc) = (tensorfold_kernels::ops::argmax(&g), tensorfold_kernels::ops::argmax(&c));
-            if tg != tc {
-                break;
-            }
-            agreed += 1;
-            (g, c) = (
-                on_gpu.extend(&[tg as u32], 1, Logits::Last).unwrap(),
-                on_cpu.extend(&[tc as u32], 1, Logits::Last).unwrap(),
-            );
-        }
-        eprintln!("{arch}: greedy agreed for {agreed} of 16 steps");
-        assert!(agreed >= 4, "{arch}: greedy tokens agree for only {agreed} steps");
+        agrees_with_the_cpu(&dev, arch, 10 + i as u64);
     }
 }
 

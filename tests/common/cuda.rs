@@ -7,8 +7,9 @@ use serde_json::{json, Value};
 use tensorfold::cuda_setup::CudaDevice;
 use tensorfold_engine::boundary::{Engine, KvPool, LaneStep, Logits};
 use tensorfold_engine::checkpoint::hf::HfCheckpoint;
-use tensorfold_engine::generate::PAGE_TOKENS;
+use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};
 use tensorfold_engine::llama::cuda::{CudaLlama, CudaOptions, Sizing};
+use tensorfold_engine::llama::Llama;
 
 use super::Rng;
 
@@ -34,6 +35,19 @@ pub fn config(arch: &str) -> Value {
         "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 8192,
         "tie_word_embeddings": false
     });
+    if arch == "qwen3_moe" {
+        // 16 experts of 128, 4 a row; the second layer keeps the dense MLP.
+        c["num_experts"] = json!(16);
+        c["num_experts_per_tok"] = json!(4);
+        c["moe_intermediate_size"] = json!(128);
+        c["norm_topk_prob"] = json!(true);
+        c["mlp_only_layers"] = json!([1]);
+    }
+    if arch == "mixtral" {
+        c["num_local_experts"] = json!(8);
+        c["num_experts_per_tok"] = json!(2);
+        c["intermediate_size"] = json!(512);
+    }
     if arch == "llama" {
         // One query head per KV head, of the largest size the kernels take.
         c["num_attention_heads"] = json!(2);
@@ -45,11 +59,12 @@ pub fn config(arch: &str) -> Value {
     c
 }
 
-/// A seeded random checkpoint in bf16; Qwen2 gets q/k/v biases and Qwen3 per-head q/k norms.
+/// A seeded random checkpoint in bf16; Qwen2 gets q/k/v biases, Qwen3 per-head q/k norms, Qwen3-MoE and Mixtral
+/// experts.
 pub fn checkpoint(arch: &str, seed: u64) -> tempfile::TempDir {
     let c = config(arch);
     let n = |k: &str| c[k].as_u64().unwrap() as usize;
-    let (h, f, d) = (n("hidden_size"), n("intermediate_size"), n("head_dim"));
+    let (h, d) = (n("hidden_size"), n("head_dim"));
     let (q, kv) = (n("num_attention_heads") * d, n("num_key_value_heads") * d);
     let mut shapes: Vec<(String, Vec<usize>, f32, f32)> = vec![
         ("model.embed_tokens.weight".into(), vec![VOCAB, h], 0.0, 1.0),
@@ -63,12 +78,10 @@ pub fn checkpoint(arch: &str, seed: u64) -> tempfile::TempDir {
             ("self_attn.k_proj.weight", vec![kv, h]),
             ("self_attn.v_proj.weight", vec![kv, h]),
             ("self_attn.o_proj.weight", vec![h, q]),
-            ("mlp.gate_proj.weight", vec![f, h]),
-            ("mlp.up_proj.weight", vec![f, h]),
-            ("mlp.down_proj.weight", vec![h, f]),
         ] {
             shapes.push((format!("{p}.{name}"), shape, 0.0, 0.08));
         }
+        shapes.extend(mlp_shapes(&c, arch, l, &p));
         shapes.push((format!("{p}.input_layernorm.weight"), vec![h], 1.0, 0.1));
         shapes.push((format!("{p}.post_attention_layernorm.weight"), vec![h], 1.0, 0.1));
         if arch == "qwen2" {
@@ -76,7 +89,7 @@ pub fn checkpoint(arch: &str, seed: u64) -> tempfile::TempDir {
                 shapes.push((format!("{p}.self_attn.{name}.bias"), vec![len], 0.0, 0.1));
             }
         }
-        if arch == "qwen3" {
+        if arch == "qwen3" || arch == "qwen3_moe" {
             shapes.push((format!("{p}.self_attn.q_norm.weight"), vec![d], 1.0, 0.1));
             shapes.push((format!("{p}.self_attn.k_norm.weight"), vec![d], 1.0, 0.1));
         }
@@ -98,6 +111,34 @@ pub fn checkpoint(arch: &str, seed: u64) -> tempfile::TempDir {
         .map(|(name, shape, bytes)| (name.as_str(), TensorView::new(Dtype::BF16, shape.clone(), bytes).unwrap()));
     safetensors::serialize_to_file(views, &None, &dir.path().join("model.safetensors")).unwrap();
     dir
+}
+
+/// Layer `l`'s MLP tensors: the dense gated MLP, or a router and its experts (Qwen3-MoE's or Mixtral's names).
+fn mlp_shapes(c: &Value, arch: &str, l: usize, p: &str) -> Vec<(String, Vec<usize>, f32, f32)> {
+    let n = |k: &str| c[k].as_u64().unwrap() as usize;
+    let h = n("hidden_size");
+    let dense = c["mlp_only_layers"].as_array().is_some_and(|d| d.iter().any(|v| v.as_u64() == Some(l as u64)));
+    let (names, experts, f) = match arch {
+        "qwen3_moe" if !dense => {
+            (["mlp.gate", "mlp.experts.", "gate_proj", "up_proj", "down_proj"], 16, n("moe_intermediate_size"))
+        }
+        "mixtral" => {
+            (["block_sparse_moe.gate", "block_sparse_moe.experts.", "w1", "w3", "w2"], 8, n("intermediate_size"))
+        }
+        _ => {
+            let f = n("intermediate_size");
+            let mlp = [("gate_proj", vec![f, h]), ("up_proj", vec![f, h]), ("down_proj", vec![h, f])];
+            return mlp.into_iter().map(|(m, shape)| (format!("{p}.mlp.{m}.weight"), shape, 0.0, 0.08)).collect();
+        }
+    };
+    let [router, prefix, gate, up, down] = names;
+    let mut out = vec![(format!("{p}.{router}.weight"), vec![experts, h], 0.0, 0.3)];
+    for e in 0..experts {
+        for (m, shape) in [(gate, vec![f, h]), (up, vec![f, h]), (down, vec![h, f])] {
+            out.push((format!("{p}.{prefix}{e}.{m}.weight"), shape, 0.0, 0.08));
+        }
+    }
+    out
 }
 
 /// A standard normal draw (Box-Muller).
@@ -145,4 +186,76 @@ pub fn prefill(engine: &mut dyn Engine, pool: &mut KvPool, prompt: &[u32], chunk
 pub fn relative_gap(a: &[f32], b: &[f32]) -> f32 {
     let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+}
+
+/// The GPU path (bf16 activations) on a seeded `arch` checkpoint stays close to the CPU path in f32 on the same
+/// weights: a 50-token prompt's logits, then greedy steps while the two pick the same token (at least 4).
+pub fn agrees_with_the_cpu(dev: &CudaDevice, arch: &str, seed: u64) {
+    let dir = checkpoint(arch, seed);
+    let mut gpu_model = load(dev, dir.path(), Sizing { max_tokens: 256, max_lanes: 1, context: 256 });
+    let cpu_model = Llama::load(&HfCheckpoint::open(dir.path()).unwrap()).unwrap();
+    let prompt = tokens(&mut Rng(seed + 10), 50);
+    let pool = dev.kv_pool(&gpu_model, PAGE_TOKENS, 8).unwrap();
+    let mut on_gpu = Sequence::with_pool(&mut gpu_model, pool);
+    let mut on_cpu = Sequence::new(&cpu_model, 128);
+    let (mut g, mut c) =
+        (on_gpu.extend(&prompt, 64, Logits::Last).unwrap(), on_cpu.extend(&prompt, 64, Logits::Last).unwrap());
+    let mut agreed = 0;
+    for _ in 0..16 {
+        let err = g.iter().zip(&c).map(|(a, b)| (a - b).powi(2)).sum::<f32>().sqrt();
+        let norm = c.iter().map(|b| b * b).sum::<f32>().sqrt();
+        assert!(err / norm < 0.03, "{arch}: relative logits error {} after {agreed} steps", err / norm);
+        let (tg, tc) = (tensorfold_kernels::ops::argmax(&g), tensorfold_kernels::ops::argmax(&c));
+        if tg != tc {
+            break;
+        }
+        agreed += 1;
+        (g, c) = (
+            on_gpu.extend(&[tg as u32], 1, Logits::Last).unwrap(),
+            on_cpu.extend(&[tc as u32], 1, Logits::Last).unwrap(),
+        );
+    }
+    eprintln!("{arch}: greedy agreed for {agreed} of 16 steps");
+    assert!(agreed >= 4, "{arch}: greedy tokens agree for only {agreed} steps");
+}
+
+/// A decode row after a `len`-token prompt gives the same bits alone and at a random place among one-token rows
+/// of other lanes, in rounds of each of `sizes` rows.
+pub fn row_alone_equals_row_in_batches(
+    dev: &CudaDevice,
+    model: &mut CudaLlama,
+    len: usize,
+    sizes: &[usize],
+    seed: u64,
+) {
+    let mut pool: KvPool = dev.kv_pool(model, PAGE_TOKENS, 1024).unwrap();
+    let mut rng = Rng(seed);
+    let prompt = tokens(&mut rng, len);
+    let probe_pages: Vec<u32> = (0..(len as u32 + 1).div_ceil(PAGE_TOKENS as u32)).collect();
+    let first_free = probe_pages.len() as u32;
+    let prefill = LaneStep { tokens: &prompt, start_pos: 0, pages: &probe_pages, logits: Logits::None, keep: None };
+    model.forward(&mut pool, &[prefill]).unwrap();
+    let next = [7u32];
+    let step = || LaneStep { tokens: &next, start_pos: len, pages: &probe_pages, logits: Logits::Last, keep: None };
+    let alone = model.forward(&mut pool, &[step()]).unwrap().remove(0);
+    for &size in sizes {
+        let others = tokens(&mut rng, size - 1);
+        let pages: Vec<Vec<u32>> = (0..size - 1).map(|i| vec![first_free + i as u32 * 3]).collect();
+        let at = rng.below(size as u64) as usize;
+        let mut lanes: Vec<LaneStep> = others
+            .iter()
+            .zip(&pages)
+            .map(|(t, p)| LaneStep {
+                tokens: std::slice::from_ref(t),
+                start_pos: 0,
+                pages: p,
+                logits: Logits::Last,
+                keep: None,
+            })
+            .collect();
+        lanes.insert(at, step());
+        let out = model.forward(&mut pool, &lanes).unwrap();
+        let (alone, got) = (alone.values().unwrap(), out[at].values().unwrap());
+        assert!(same_bits(alone, got), "the row differs inside a batch of {size} rows at {at}");
+    }
 }

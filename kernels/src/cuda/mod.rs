@@ -12,6 +12,7 @@ mod build;
 mod conv;
 mod family;
 mod gemm;
+mod moe;
 mod nccl;
 mod pack;
 mod sampling;
@@ -22,6 +23,7 @@ pub use build::{compile_ptx, source, SOURCES};
 pub use conv::{ConvLaunch, Windows};
 pub use family::{family_segments, family_workspace, GemmScratch, GEMM_COUNTERS, STREAM_ROWS};
 pub use gemm::NormIn;
+pub use moe::{moe_gate_up_order, moe_unfit, MoeScratch, MoeShape, MoeWeights, MOE_MAX_TOPK, MOE_ROWS};
 pub use nccl::NcclComm;
 pub use pack::{packed_vector, Event, PackPlace};
 pub use sampling::{KeepRows, KEEP_SCRATCH};
@@ -102,6 +104,7 @@ struct Functions {
     snac_depthwise: CudaFunction,
     snac_conv_gemm: CudaFunction,
     snac_conv_rows: CudaFunction,
+    moe: moe::MoeKernels,
     /// Whether launches may overlap the previous kernel's tail (programmatic dependent launch, sm_90 on).
     overlap: bool,
 }
@@ -260,6 +263,7 @@ impl Gpu {
             snac_depthwise: load("snac_depthwise")?,
             snac_conv_gemm: load("snac_conv_gemm")?,
             snac_conv_rows: load("snac_conv_rows")?,
+            moe: moe::MoeKernels::load(&kernels)?,
             overlap: major >= 9 && options.overlap,
         };
         gemm::allow_shared_memory(&f)?;
@@ -509,6 +513,7 @@ mod tests {
             ("argmax_rows", 1024),
             ("keep_count", 1024),
             ("keep_write", 1024),
+            ("moe_plan", 1024),
         ];
         for (name, threads) in launched {
             let bound = format!("__launch_bounds__({threads}");
@@ -523,6 +528,7 @@ mod tests {
             Ok(ptx) => {
                 assert!(ptx.contains(".entry gemm_m16") && ptx.contains("mma.sync"), "PTX lacks the GEMM");
                 assert!(ptx.contains(".entry snac_conv_gemm"), "PTX lacks the codec kernels");
+                assert!(ptx.contains(".entry moe_gate_up"), "PTX lacks the expert kernels");
             }
             Err(GpuError::NoNvrtc) => eprintln!("skipped: no NVRTC library on this machine"),
             Err(e) => panic!("{e}"),

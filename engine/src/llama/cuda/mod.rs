@@ -6,8 +6,8 @@ use std::sync::Arc;
 use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneRows, LaneStep, Logits};
 use crate::memory::{Alloc, Held, MemoryKind};
 use tensorfold_kernels::cuda::{
-    attention_group_rows, family_workspace, DevPtr, GemmScratch, Gpu, GpuError, Graph, KernelOptions, ATTENTION_SPLIT,
-    GEMM_COUNTERS, HEAD_DIMS, MAX_GROUP,
+    attention_group_rows, family_workspace, DevPtr, GemmScratch, Gpu, GpuError, Graph, KernelOptions, MoeScratch,
+    MoeWeights, ATTENTION_SPLIT, GEMM_COUNTERS, HEAD_DIMS, MAX_GROUP,
 };
 
 use crate::checkpoint::Checkpoint;
@@ -17,6 +17,7 @@ use crate::llama::walk::{names, MatrixSpec};
 use crate::llama::{rope_inv_freq, Loader};
 use crate::tp::stream::DeviceCollective;
 
+mod experts;
 mod logits;
 mod pack;
 mod queue;
@@ -51,6 +52,8 @@ struct GpuLayer {
     post_norm: DevPtr,
     gate_up: DevPtr,
     down: DevPtr,
+    /// The layer's experts, where its MLP is a mixture of them (gate_up and down are then 0).
+    moe: Option<MoeWeights>,
 }
 
 /// One round's device buffers.
@@ -78,6 +81,8 @@ struct Scratch {
     nsplit: usize,
     /// The GEMM family's workspace and arrival counters.
     gemm: GemmScratch,
+    /// Routing buffers, where the model has experts.
+    moe: MoeScratch,
 }
 
 /// Byte offsets of the per-round tables inside the meta buffer and its pinned host copy.
@@ -224,6 +229,9 @@ impl CudaLlama {
         {
             return Err(fault("the CUDA kernels need hidden and intermediate sizes that are multiples of 32".into()));
         }
+        if let Some(why) = experts::unfit(&c) {
+            return Err(fault(why));
+        }
         let ld = Loader { ckpt };
         let (h, f) = (c.hidden_size, c.intermediate_size);
         let (q_dim, kv_dim) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
@@ -243,11 +251,16 @@ impl CudaLlama {
             let (q_norm, k_norm) = (some_vector(&mut up, q_norm)?, some_vector(&mut up, k_norm)?);
             let o = up.matrices(&[spec(&t.o)?])?;
             let o_bias = some_vector(&mut up, t.o_bias)?;
-            let gate_up = up.gate_up(spec(&t.gate)?, spec(&t.up)?)?;
-            let down = up.matrices(&[spec(&t.down)?])?;
+            let moe = t.experts.as_ref().map(|e| experts::upload(&mut up, ckpt, &ld, e)).transpose()?;
+            let (gate_up, down) = match moe {
+                Some(_) => (0, 0),
+                None => (up.gate_up(spec(&t.gate)?, spec(&t.up)?)?, up.matrices(&[spec(&t.down)?])?),
+            };
             let input_norm = up.vector(&t.input_norm)?;
             let post_norm = up.vector(&t.post_norm)?;
-            layers.push(GpuLayer { input_norm, qkv, qkv_bias, q_norm, k_norm, o, o_bias, post_norm, gate_up, down });
+            let layer =
+                GpuLayer { input_norm, qkv, qkv_bias, q_norm, k_norm, o, o_bias, post_norm, gate_up, down, moe };
+            layers.push(layer);
             progress(i + 1, c.num_layers);
         }
         let norm = up.vector(&ld.vector(names::NORM, h)?)?;
@@ -316,6 +329,10 @@ impl CudaLlama {
                 GemmScratch { ws, ws_floats, counters }
             }
         };
+        let (moe, moe_bytes) = match experts::moe_shape(&c) {
+            Some(shape) => experts::scratch(&mut up, &shared, t, &shape)?,
+            None => (MoeScratch::default(), 0),
+        };
         let scratch = Scratch {
             x,
             x_spare,
@@ -334,6 +351,7 @@ impl CudaLlama {
             tickets,
             nsplit,
             gemm,
+            moe,
         };
         let staging_bytes = meta.end + 4 * t * c.vocab_size;
         let staging =
@@ -342,7 +360,8 @@ impl CudaLlama {
             + partial_bytes
             + 4 * zeros.len()
             + staging_bytes
-            + gemm_bytes;
+            + gemm_bytes
+            + moe_bytes;
         let net = Net { cfg: c, gpu, sizing, embed, layers, norm, lm_head, inv_freq, scratch, meta, collective: None };
         let graphs = HashMap::new();
         Ok(CudaLlama { net, staging, graphs, options, weight_bytes, activation_bytes, _held: up.held })

@@ -119,7 +119,9 @@ impl LlamaSteps for GpuPass<'_> {
             LayerNorm::Input => l.input_norm,
             LayerNorm::PostAttention => l.post_norm,
         };
-        if self.fold {
+        // The experts' kernels read the normed rows, so their norm never folds.
+        let experts = which == LayerNorm::PostAttention && l.moe.is_some();
+        if self.fold && !experts {
             // The GEMM that reads the norm applies it, with the pending sum.
             self.norm_w = w;
             return Ok(());
@@ -209,6 +211,17 @@ impl LlamaSteps for GpuPass<'_> {
     fn down(&mut self, li: usize) -> Result<(), GpuError> {
         let (c, s, l) = (&self.m.cfg, &self.m.scratch, &self.m.layers[li]);
         self.m.gpu.gemm(s.act, l.down, 0, s.proj, (self.t, c.hidden_size, c.intermediate_size), &s.gemm)
+    }
+
+    fn mlp(&mut self, li: usize) -> Result<(), GpuError> {
+        let (s, c) = (&self.m.scratch, &self.m.cfg);
+        match &self.m.layers[li].moe {
+            Some(w) => self.m.gpu.moe(w, &s.moe, s.normed, (self.t, c.hidden_size), s.proj, None),
+            None => {
+                self.gate_up(li)?;
+                self.down(li)
+            }
+        }
     }
 
     fn reduce(&mut self) -> Result<(), GpuError> {

@@ -78,9 +78,30 @@ impl<'a, 'b> Uploader<'a, 'b> {
         n: usize,
         source: impl Fn(usize) -> (usize, usize) + Sync,
     ) -> Result<DevPtr, LoadError> {
+        let k = parts.first().map_or(0, Rows::cols);
+        self.laid_out(parts, n, self.gpu.natural(n, k), source)
+    }
+
+    /// `n` rows row-major in bf16, as kernels that read rows as they are take them (row `r` from `source(r)`).
+    pub(super) fn natural_rows(
+        &mut self,
+        parts: &[Rows],
+        n: usize,
+        source: impl Fn(usize) -> (usize, usize) + Sync,
+    ) -> Result<DevPtr, LoadError> {
+        self.laid_out(parts, n, true, source)
+    }
+
+    fn laid_out(
+        &mut self,
+        parts: &[Rows],
+        n: usize,
+        natural: bool,
+        source: impl Fn(usize) -> (usize, usize) + Sync,
+    ) -> Result<DevPtr, LoadError> {
         let started = Instant::now();
         let k = parts.first().map_or(0, Rows::cols);
-        let data = pack_rows(parts, n, k, self.gpu.natural(n, k), source);
+        let data = pack_rows(parts, n, k, natural, source);
         self.pack_time += started.elapsed();
         self.upload(&data)
     }

@@ -1,0 +1,250 @@
+// Mixture of experts: routing, the round's (row, expert) pairs sorted by expert, grouped GEMMs over them, and each
+// row's experts weighted and summed in rank order.
+//
+// Batch invariance: a row's router logits are a warp's sum in a fixed lane order; its softmax and top-k run in one
+// thread over the experts in index order; an expert's GEMM sums each output in ascending k16 steps on mma.sync, whose
+// result for a row depends on that row alone, so neither the other rows an expert serves nor a row's place among
+// them changes its bits (which is why slots within an expert may be handed out in any order); the combine adds the
+// ranks in rank order.
+
+#define MOE_BM 64
+#define MOE_BN 128
+#define MOE_BK 32
+#define MOE_STAGES 3
+// Halves per staged row: 32 k and 8 of padding, so a warp's fragment loads fall in distinct banks.
+#define MOE_ROW 40
+#define MOE_MAX_TOPK 16
+
+// One block of 128 threads per row: logits = x W_router^T in f32 (x the row's normed bf16 values), softmax, the
+// top_k experts (of equal probabilities the lower index first), their probabilities (divided by their sum in rank
+// order with `renorm`), and each pair's place among its expert's pairs of the round.
+extern "C" __global__ void __launch_bounds__(128) moe_route(const bf16* __restrict__ normed,
+                                                            const float* __restrict__ router, int h, int ne, int top_k,
+                                                            int renorm, u32* __restrict__ experts,
+                                                            float* __restrict__ weights, u32* __restrict__ local,
+                                                            u32* __restrict__ counts) {
+    extern __shared__ float route_smem[];
+    float* x = route_smem;
+    float* p = route_smem + h;
+    wait_prior();
+    start_next();
+    const int r = blockIdx.x, t = threadIdx.x, warp = t >> 5, lane = t & 31;
+    for (int i = t; i < h; i += 128) x[i] = bf2f(normed[(u64)r * h + i]);
+    __syncthreads();
+    for (int e = warp; e < ne; e += 4) {
+        const float* w = router + (u64)e * h;
+        float s = 0.0f;
+        for (int i = lane; i < h; i += 32) s += x[i] * w[i];
+        s = warp_sum(s);
+        if (lane == 0) p[e] = s;
+    }
+    __syncthreads();
+    if (t != 0) return;
+    float m = p[0];
+    for (int e = 1; e < ne; ++e) m = fmaxf(m, p[e]);
+    float sum = 0.0f;
+    for (int e = 0; e < ne; ++e) {
+        p[e] = expf(p[e] - m);
+        sum += p[e];
+    }
+    for (int e = 0; e < ne; ++e) p[e] = p[e] / sum;
+    float chosen[MOE_MAX_TOPK];
+    int ids[MOE_MAX_TOPK];
+    float total = 0.0f;
+    for (int k = 0; k < top_k; ++k) {
+        int best = 0;
+        for (int e = 1; e < ne; ++e)
+            if (p[e] > p[best]) best = e;
+        ids[k] = best;
+        chosen[k] = p[best];
+        total += p[best];
+        // Probabilities are at least zero, so a taken expert is never picked again.
+        p[best] = -1.0f;
+    }
+    for (int k = 0; k < top_k; ++k) {
+        const int at = r * top_k + k;
+        experts[at] = (u32)ids[k];
+        weights[at] = renorm ? chosen[k] / total : chosen[k];
+        local[at] = atomicAdd(&counts[ids[k]], 1u);
+    }
+}
+
+// One block of 1024 threads: each expert's first slot and first row tile, every pair's slot and every slot's row;
+// the counts go back to zero for the next layer.
+extern "C" __global__ void __launch_bounds__(1024) moe_plan(const u32* __restrict__ experts, const u32* __restrict__ local,
+                                                            u32* __restrict__ counts, int pairs, int top_k, int ne,
+                                                            u32* __restrict__ offsets, u32* __restrict__ tile_start,
+                                                            u32* __restrict__ slot_row, u32* __restrict__ pair_slot) {
+    extern __shared__ u32 plan_off[];
+    wait_prior();
+    start_next();
+    if (threadIdx.x == 0) {
+        u32 o = 0, tiles = 0;
+        for (int e = 0; e < ne; ++e) {
+            const u32 c = counts[e];
+            offsets[e] = plan_off[e] = o;
+            tile_start[e] = tiles;
+            o += c;
+            tiles += (c + MOE_BM - 1) / MOE_BM;
+        }
+        offsets[ne] = plan_off[ne] = o;
+        tile_start[ne] = tiles;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < pairs; i += 1024) {
+        const u32 slot = plan_off[experts[i]] + local[i];
+        slot_row[slot] = (u32)(i / top_k);
+        pair_slot[i] = slot;
+    }
+    for (int e = threadIdx.x; e < ne; e += 1024) counts[e] = 0;
+}
+
+// One expert's rows of one tile by MOE_BN columns of its weights (w: ne matrices of n x k, row-major): 4 warps, 2 by
+// 2, each 32 rows by 64 columns. A's rows are `slot_row[slot]` of `a` (or the slots themselves where it is null).
+// Without SWIGLU c[slot][col] = the sum; with it, each warp's column tiles 0-3 are gate and 4-7 up of the same 32
+// intermediate columns (the weights' rows interleaved by 32), and act[slot][f] = silu(gate) * up in bf16, n / 2 wide.
+template <bool SWIGLU>
+__device__ __forceinline__ void moe_gemm(const bf16* __restrict__ a, const u32* __restrict__ slot_row,
+                                         const bf16* __restrict__ w, const u32* __restrict__ offsets,
+                                         const u32* __restrict__ tile_start, int ne, int n, int k, float* __restrict__ c,
+                                         bf16* __restrict__ act) {
+    extern __shared__ __align__(16) bf16 moe_smem[];
+    wait_prior();
+    start_next();
+    const u32 tile = blockIdx.y;
+    if (tile >= tile_start[ne]) return;
+    int lo = 0, hi = ne - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (tile_start[mid] <= tile) lo = mid;
+        else hi = mid - 1;
+    }
+    const int e = lo;
+    const u32 first = offsets[e] + (tile - tile_start[e]) * MOE_BM;
+    const int rows = min((int)(offsets[e + 1] - first), MOE_BM);
+    const int n0 = blockIdx.x * MOE_BN, t = threadIdx.x;
+    const bf16* we = w + (u64)e * n * k;
+    constexpr int A_HALVES = MOE_BM * MOE_ROW, STAGE = (MOE_BM + MOE_BN) * MOE_ROW;
+    // This thread's copies of a stage: 16 bytes of 2 rows of A and of 4 rows of W.
+    const int chunk = t & 3;
+    const bf16* asrc[2];
+    const bf16* wsrc[4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const u32 slot = first + min((t >> 2) + 32 * i, rows - 1);
+        const u32 row = slot_row ? slot_row[slot] : slot;
+        asrc[i] = a + (u64)row * k + chunk * 8;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) wsrc[i] = we + (u64)min(n0 + (t >> 2) + 32 * i, n - 1) * k + chunk * 8;
+    const int kbs = k / MOE_BK;
+    auto issue = [&](int kb) {
+        if (kb < kbs) {
+            bf16* st = moe_smem + (kb % MOE_STAGES) * STAGE;
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+                copy16_async(reinterpret_cast<uint4*>(st + ((t >> 2) + 32 * i) * MOE_ROW + chunk * 8),
+                             reinterpret_cast<const uint4*>(asrc[i] + kb * MOE_BK));
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                copy16_async(reinterpret_cast<uint4*>(st + A_HALVES + ((t >> 2) + 32 * i) * MOE_ROW + chunk * 8),
+                             reinterpret_cast<const uint4*>(wsrc[i] + kb * MOE_BK));
+        }
+        async_commit();
+    };
+    const int warp = t >> 5, lane = t & 31, g = lane >> 2, q = lane & 3, wm = warp >> 1, wn = warp & 1;
+    float acc[2][8][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < MOE_STAGES - 1; ++s) issue(s);
+    for (int kb = 0; kb < kbs; ++kb) {
+        async_wait<MOE_STAGES - 2>();
+        __syncthreads();
+        issue(kb + MOE_STAGES - 1);
+        const bf16* st = moe_smem + (kb % MOE_STAGES) * STAGE;
+        const u32* sa = reinterpret_cast<const u32*>(st);
+        const u32* sw = reinterpret_cast<const u32*>(st + A_HALVES);
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {
+            u32 af[2][4];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const int r0 = wm * 32 + i * 16 + g;
+                af[i][0] = sa[(r0 * MOE_ROW + ks * 16 + 2 * q) >> 1];
+                af[i][1] = sa[((r0 + 8) * MOE_ROW + ks * 16 + 2 * q) >> 1];
+                af[i][2] = sa[(r0 * MOE_ROW + ks * 16 + 8 + 2 * q) >> 1];
+                af[i][3] = sa[((r0 + 8) * MOE_ROW + ks * 16 + 8 + 2 * q) >> 1];
+            }
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const int col = wn * 64 + j * 8 + g;
+                const u32 b0 = sw[(col * MOE_ROW + ks * 16 + 2 * q) >> 1];
+                const u32 b1 = sw[(col * MOE_ROW + ks * 16 + 8 + 2 * q) >> 1];
+#pragma unroll
+                for (int i = 0; i < 2; ++i) mma_bf16(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], b0, b1);
+            }
+        }
+    }
+    async_wait<0>();
+    const int c0 = n0 + wn * 64;
+    if (c0 >= n) return;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            const int r = wm * 32 + i * 16 + g + 8 * hr;
+            if (r >= rows) continue;
+            const u64 slot = first + r;
+            if (SWIGLU) {
+                const int f = n / 2;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int col = c0 / 2 + j * 8 + 2 * q;
+                    const bf16 lo = silu_mul(acc[i][j][2 * hr], acc[i][j + 4][2 * hr]);
+                    const bf16 hi2 = silu_mul(acc[i][j][2 * hr + 1], acc[i][j + 4][2 * hr + 1]);
+                    *reinterpret_cast<u32*>(act + slot * f + col) = (u32)lo | ((u32)hi2 << 16);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const int col = c0 + j * 8 + 2 * q;
+                    *reinterpret_cast<float2*>(c + slot * n + col) = make_float2(acc[i][j][2 * hr], acc[i][j][2 * hr + 1]);
+                }
+            }
+        }
+}
+
+// Grid (columns / MOE_BN, the most row tiles a round can have), 128 threads; tiles past the round's own exit.
+extern "C" __global__ void __launch_bounds__(128) moe_gate_up(const bf16* a, const u32* slot_row, const bf16* w,
+                                                              const u32* offsets, const u32* tile_start, int ne, int n,
+                                                              int k, bf16* act) {
+    moe_gemm<true>(a, slot_row, w, offsets, tile_start, ne, n, k, nullptr, act);
+}
+
+extern "C" __global__ void __launch_bounds__(128) moe_down(const bf16* a, const bf16* w, const u32* offsets,
+                                                           const u32* tile_start, int ne, int n, int k, float* c) {
+    moe_gemm<false>(a, nullptr, w, offsets, tile_start, ne, n, k, c, nullptr);
+}
+
+// delta[r] = the sum over ranks, in rank order, of weight x the expert's output for the row; then, where the layer
+// has a shared expert, + sigmoid(its gate logit) x its output. Grid (rows), 256 threads.
+extern "C" __global__ void moe_combine(const float* __restrict__ y, const u32* __restrict__ pair_slot,
+                                       const float* __restrict__ weights, int top_k, int h, float* __restrict__ delta,
+                                       const float* __restrict__ shared_y, const float* __restrict__ shared_gate) {
+    wait_prior();
+    start_next();
+    const int r = blockIdx.x;
+    const float sg = shared_y ? 1.0f / (1.0f + expf(-shared_gate[r])) : 0.0f;
+    for (int col = threadIdx.x; col < h; col += blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < top_k; ++k) {
+            const int at = r * top_k + k;
+            s = __fadd_rn(s, __fmul_rn(weights[at], y[(u64)pair_slot[at] * h + col]));
+        }
+        if (shared_y) s = __fadd_rn(s, __fmul_rn(sg, shared_y[(u64)r * h + col]));
+        delta[(u64)r * h + col] = s;
+    }
+}
