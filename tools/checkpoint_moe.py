@@ -62,3 +62,34 @@ def expert_layout(out):
     if not experts:
         return None
     return "stacked" if any(n.endswith((".gate_up_proj", ".down_proj")) for n in experts) else "per-expert"
+
+
+def moe_shapes():
+    """Full-size mixture-of-experts shapes for the GPU benchmarks, as their published configs give them."""
+    return {
+        # Qwen3-30B-A3B: 128 experts of 768, 8 a token, in every one of 48 layers; 61 GB in bf16.
+        "qwen3-30b-a3b": (
+            "qwen3_moe",
+            dict(
+                vocab_size=151936,
+                hidden_size=2048,
+                intermediate_size=6144,
+                num_hidden_layers=48,
+                num_attention_heads=32,
+                num_key_value_heads=4,
+                head_dim=128,
+                max_position_embeddings=40960,
+                rms_norm_eps=1e-6,
+                rope_theta=1000000.0,
+                tie_word_embeddings=False,
+                num_experts=128,
+                num_experts_per_tok=8,
+                moe_intermediate_size=768,
+                norm_topk_prob=True,
+                decoder_sparse_step=1,
+                mlp_only_layers=[],
+                bos_token_id=151643,
+                eos_token_id=151645,
+            ),
+        ),
+    }

@@ -25,7 +25,7 @@ import pathlib
 import numpy as np
 import torch
 import transformers
-from checkpoint_moe import check_moe_layers, expert_layout, router_gaps
+from checkpoint_moe import check_moe_layers, expert_layout, moe_shapes, router_gaps
 from checkpoint_next import add_mtp, bf16_errors, mtp_golden, next_shapes
 from transformers import (
     AutoModelForCausalLM,
@@ -210,6 +210,7 @@ SHAPES = {
         ),
     ),
     **next_shapes(TINY),
+    **moe_shapes(),
     "qwen3-8b": (
         "qwen3",
         dict(
