@@ -7,7 +7,6 @@
 // them changes its bits (which is why slots within an expert may be handed out in any order); the combine adds the
 // ranks in rank order.
 
-#define MOE_BM 64
 #define MOE_BN 128
 #define MOE_BK 32
 #define MOE_STAGES 3
@@ -69,10 +68,10 @@ extern "C" __global__ void __launch_bounds__(128) moe_route(const bf16* __restri
     }
 }
 
-// One block of 1024 threads: each expert's first slot and first row tile, every pair's slot and every slot's row;
+// One block of 1024 threads: each expert's first slot and first row tile (of `bm` rows), every pair's slot and every slot's row;
 // the counts go back to zero for the next layer.
 extern "C" __global__ void __launch_bounds__(1024) moe_plan(const u32* __restrict__ experts, const u32* __restrict__ local,
-                                                            u32* __restrict__ counts, int pairs, int top_k, int ne,
+                                                            u32* __restrict__ counts, int pairs, int top_k, int ne, int bm,
                                                             u32* __restrict__ offsets, u32* __restrict__ tile_start,
                                                             u32* __restrict__ slot_row, u32* __restrict__ pair_slot) {
     extern __shared__ u32 plan_off[];
@@ -85,7 +84,7 @@ extern "C" __global__ void __launch_bounds__(1024) moe_plan(const u32* __restric
             offsets[e] = plan_off[e] = o;
             tile_start[e] = tiles;
             o += c;
-            tiles += (c + MOE_BM - 1) / MOE_BM;
+            tiles += (c + bm - 1) / bm;
         }
         offsets[ne] = plan_off[ne] = o;
         tile_start[ne] = tiles;
@@ -99,15 +98,18 @@ extern "C" __global__ void __launch_bounds__(1024) moe_plan(const u32* __restric
     for (int e = threadIdx.x; e < ne; e += 1024) counts[e] = 0;
 }
 
-// One expert's rows of one tile by MOE_BN columns of its weights (w: ne matrices of n x k, row-major): 4 warps, 2 by
-// 2, each 32 rows by 64 columns. A's rows are `slot_row[slot]` of `a` (or the slots themselves where it is null).
-// Without SWIGLU c[slot][col] = the sum; with it, each warp's column tiles 0-3 are gate and 4-7 up of the same 32
-// intermediate columns (the weights' rows interleaved by 32), and act[slot][f] = silu(gate) * up in bf16, n / 2 wide.
-template <bool SWIGLU>
+// One expert's rows of one tile of BM rows by MOE_BN columns of its weights (w: ne matrices of n x k, row-major),
+// by 4 warps of WM x WN, each MT row tiles of 16 by NT column tiles of 8, through STAGES stages of cp.async. A's rows
+// are `slot_row[slot]` of `a` (or the slots themselves where it is null). Without SWIGLU c[slot][col] = the sum;
+// with it, column tiles 2u and 2u + 1 are gate and up of the same 8 intermediate columns (the weights' rows
+// interleaved by 8), and act[slot][f] = silu(gate) * up in bf16, n / 2 wide. Every shape sums an output in the same
+// ascending k16 steps, so which one a round runs never changes a bit.
+template <int BM, int WM, int WN, int MT, int NT, int STAGES, bool SWIGLU>
 __device__ __forceinline__ void moe_gemm(const bf16* __restrict__ a, const u32* __restrict__ slot_row,
                                          const bf16* __restrict__ w, const u32* __restrict__ offsets,
                                          const u32* __restrict__ tile_start, int ne, int n, int k, float* __restrict__ c,
                                          bf16* __restrict__ act) {
+    static_assert(WM * WN == 4 && WM * MT * 16 == BM && WN * NT * 8 == MOE_BN, "a tile is 4 warps");
     extern __shared__ __align__(16) bf16 moe_smem[];
     wait_prior();
     start_next();
@@ -120,17 +122,19 @@ __device__ __forceinline__ void moe_gemm(const bf16* __restrict__ a, const u32* 
         else hi = mid - 1;
     }
     const int e = lo;
-    const u32 first = offsets[e] + (tile - tile_start[e]) * MOE_BM;
-    const int rows = min((int)(offsets[e + 1] - first), MOE_BM);
+    const u32 first = offsets[e] + (tile - tile_start[e]) * BM;
+    const int rows = min((int)(offsets[e + 1] - first), BM);
     const int n0 = blockIdx.x * MOE_BN, t = threadIdx.x;
     const bf16* we = w + (u64)e * n * k;
-    constexpr int A_HALVES = MOE_BM * MOE_ROW, STAGE = (MOE_BM + MOE_BN) * MOE_ROW;
-    // This thread's copies of a stage: 16 bytes of 2 rows of A and of 4 rows of W.
+    constexpr int A_HALVES = BM * MOE_ROW, STAGE = (BM + MOE_BN) * MOE_ROW;
+    // This thread's copies of a stage: 16 bytes of A_PER rows of A (where t < BM * 4) and of 4 rows of W.
+    constexpr int A_PER = BM * 4 >= 128 ? BM * 4 / 128 : 1;
     const int chunk = t & 3;
-    const bf16* asrc[2];
+    const bool copies_a = t < BM * 4;
+    const bf16* asrc[A_PER];
     const bf16* wsrc[4];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < A_PER; ++i) {
         const u32 slot = first + min((t >> 2) + 32 * i, rows - 1);
         const u32 row = slot_row ? slot_row[slot] : slot;
         asrc[i] = a + (u64)row * k + chunk * 8;
@@ -140,11 +144,13 @@ __device__ __forceinline__ void moe_gemm(const bf16* __restrict__ a, const u32* 
     const int kbs = k / MOE_BK;
     auto issue = [&](int kb) {
         if (kb < kbs) {
-            bf16* st = moe_smem + (kb % MOE_STAGES) * STAGE;
+            bf16* st = moe_smem + (kb % STAGES) * STAGE;
+            if (copies_a) {
 #pragma unroll
-            for (int i = 0; i < 2; ++i)
-                copy16_async(reinterpret_cast<uint4*>(st + ((t >> 2) + 32 * i) * MOE_ROW + chunk * 8),
-                             reinterpret_cast<const uint4*>(asrc[i] + kb * MOE_BK));
+                for (int i = 0; i < A_PER; ++i)
+                    copy16_async(reinterpret_cast<uint4*>(st + ((t >> 2) + 32 * i) * MOE_ROW + chunk * 8),
+                                 reinterpret_cast<const uint4*>(asrc[i] + kb * MOE_BK));
+            }
 #pragma unroll
             for (int i = 0; i < 4; ++i)
                 copy16_async(reinterpret_cast<uint4*>(st + A_HALVES + ((t >> 2) + 32 * i) * MOE_ROW + chunk * 8),
@@ -152,64 +158,65 @@ __device__ __forceinline__ void moe_gemm(const bf16* __restrict__ a, const u32* 
         }
         async_commit();
     };
-    const int warp = t >> 5, lane = t & 31, g = lane >> 2, q = lane & 3, wm = warp >> 1, wn = warp & 1;
-    float acc[2][8][4];
+    const int warp = t >> 5, lane = t & 31, g = lane >> 2, q = lane & 3, wm = warp / WN, wn = warp % WN;
+    float acc[MT][NT][4];
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < MT; ++i)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+        for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 #pragma unroll
-    for (int s = 0; s < MOE_STAGES - 1; ++s) issue(s);
+    for (int s = 0; s < STAGES - 1; ++s) issue(s);
     for (int kb = 0; kb < kbs; ++kb) {
-        async_wait<MOE_STAGES - 2>();
+        async_wait<STAGES - 2>();
         __syncthreads();
-        issue(kb + MOE_STAGES - 1);
-        const bf16* st = moe_smem + (kb % MOE_STAGES) * STAGE;
+        issue(kb + STAGES - 1);
+        const bf16* st = moe_smem + (kb % STAGES) * STAGE;
         const u32* sa = reinterpret_cast<const u32*>(st);
         const u32* sw = reinterpret_cast<const u32*>(st + A_HALVES);
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {
-            u32 af[2][4];
+            u32 af[MT][4];
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const int r0 = wm * 32 + i * 16 + g;
+            for (int i = 0; i < MT; ++i) {
+                const int r0 = (wm * MT + i) * 16 + g;
                 af[i][0] = sa[(r0 * MOE_ROW + ks * 16 + 2 * q) >> 1];
                 af[i][1] = sa[((r0 + 8) * MOE_ROW + ks * 16 + 2 * q) >> 1];
                 af[i][2] = sa[(r0 * MOE_ROW + ks * 16 + 8 + 2 * q) >> 1];
                 af[i][3] = sa[((r0 + 8) * MOE_ROW + ks * 16 + 8 + 2 * q) >> 1];
             }
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const int col = wn * 64 + j * 8 + g;
+            for (int j = 0; j < NT; ++j) {
+                const int col = (wn * NT + j) * 8 + g;
                 const u32 b0 = sw[(col * MOE_ROW + ks * 16 + 2 * q) >> 1];
                 const u32 b1 = sw[(col * MOE_ROW + ks * 16 + 8 + 2 * q) >> 1];
 #pragma unroll
-                for (int i = 0; i < 2; ++i) mma_bf16(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], b0, b1);
+                for (int i = 0; i < MT; ++i) mma_bf16(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], b0, b1);
             }
         }
     }
     async_wait<0>();
-    const int c0 = n0 + wn * 64;
+    const int c0 = n0 + wn * NT * 8;
     if (c0 >= n) return;
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < MT; ++i)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-            const int r = wm * 32 + i * 16 + g + 8 * hr;
+            const int r = (wm * MT + i) * 16 + g + 8 * hr;
             if (r >= rows) continue;
             const u64 slot = first + r;
             if (SWIGLU) {
                 const int f = n / 2;
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const int col = c0 / 2 + j * 8 + 2 * q;
-                    const bf16 lo = silu_mul(acc[i][j][2 * hr], acc[i][j + 4][2 * hr]);
-                    const bf16 hi2 = silu_mul(acc[i][j][2 * hr + 1], acc[i][j + 4][2 * hr + 1]);
-                    *reinterpret_cast<u32*>(act + slot * f + col) = (u32)lo | ((u32)hi2 << 16);
+                for (int u = 0; u < NT / 2; ++u) {
+                    const int col = c0 / 2 + u * 8 + 2 * q;
+                    const float* gt = acc[i][2 * u];
+                    const float* up = acc[i][2 * u + 1];
+                    const u32 lo16 = silu_mul(gt[2 * hr], up[2 * hr]), hi16 = silu_mul(gt[2 * hr + 1], up[2 * hr + 1]);
+                    *reinterpret_cast<u32*>(act + slot * f + col) = lo16 | (hi16 << 16);
                 }
             } else {
 #pragma unroll
-                for (int j = 0; j < 8; ++j) {
+                for (int j = 0; j < NT; ++j) {
                     const int col = c0 + j * 8 + 2 * q;
                     *reinterpret_cast<float2*>(c + slot * n + col) = make_float2(acc[i][j][2 * hr], acc[i][j][2 * hr + 1]);
                 }
@@ -218,16 +225,21 @@ __device__ __forceinline__ void moe_gemm(const bf16* __restrict__ a, const u32* 
 }
 
 // Grid (columns / MOE_BN, the most row tiles a round can have), 128 threads; tiles past the round's own exit.
-extern "C" __global__ void __launch_bounds__(128) moe_gate_up(const bf16* a, const u32* slot_row, const bf16* w,
-                                                              const u32* offsets, const u32* tile_start, int ne, int n,
-                                                              int k, bf16* act) {
-    moe_gemm<true>(a, slot_row, w, offsets, tile_start, ne, n, k, nullptr, act);
-}
+// The _m64 kernels take tiles of 64 rows (rounds where experts serve many rows), the _m16 ones tiles of 16 with a
+// deeper ring (decode, where each expert's weights are read for a few rows).
+#define MOE_KERNELS(SUFFIX, BM, WM, WN, MT, NT, STAGES)                                                               \
+    extern "C" __global__ void __launch_bounds__(128)                                                                 \
+        moe_gate_up##SUFFIX(const bf16* a, const u32* slot_row, const bf16* w, const u32* offsets,                   \
+                            const u32* tile_start, int ne, int n, int k, bf16* act) {                                 \
+        moe_gemm<BM, WM, WN, MT, NT, STAGES, true>(a, slot_row, w, offsets, tile_start, ne, n, k, nullptr, act);      \
+    }                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128) moe_down##SUFFIX(                                               \
+        const bf16* a, const bf16* w, const u32* offsets, const u32* tile_start, int ne, int n, int k, float* c) {   \
+        moe_gemm<BM, WM, WN, MT, NT, STAGES, false>(a, nullptr, w, offsets, tile_start, ne, n, k, c, nullptr);        \
+    }
 
-extern "C" __global__ void __launch_bounds__(128) moe_down(const bf16* a, const bf16* w, const u32* offsets,
-                                                           const u32* tile_start, int ne, int n, int k, float* c) {
-    moe_gemm<false>(a, nullptr, w, offsets, tile_start, ne, n, k, c, nullptr);
-}
+MOE_KERNELS(_m64, 64, 2, 2, 2, 8, 3)
+MOE_KERNELS(_m16, 16, 1, 4, 1, 4, 6)
 
 // delta[r] = the sum over ranks, in rank order, of weight x the expert's output for the row; then, where the layer
 // has a shared expert, + sigmoid(its gate logit) x its output. Grid (rows), 256 threads.

@@ -23,7 +23,7 @@ pub use build::{compile_ptx, source, SOURCES};
 pub use conv::{ConvLaunch, Windows};
 pub use family::{family_segments, family_workspace, GemmScratch, GEMM_COUNTERS, STREAM_ROWS};
 pub use gemm::NormIn;
-pub use moe::{moe_gate_up_order, moe_unfit, MoeScratch, MoeShape, MoeWeights, MOE_MAX_TOPK, MOE_ROWS};
+pub use moe::{moe_gate_up_order, moe_unfit, MoeScratch, MoeShape, MoeWeights, MOE_MAX_TOPK};
 pub use nccl::NcclComm;
 pub use pack::{packed_vector, Event, PackPlace};
 pub use sampling::{KeepRows, KEEP_SCRATCH};
@@ -528,7 +528,7 @@ mod tests {
             Ok(ptx) => {
                 assert!(ptx.contains(".entry gemm_m16") && ptx.contains("mma.sync"), "PTX lacks the GEMM");
                 assert!(ptx.contains(".entry snac_conv_gemm"), "PTX lacks the codec kernels");
-                assert!(ptx.contains(".entry moe_gate_up"), "PTX lacks the expert kernels");
+                assert!(ptx.contains(".entry moe_gate_up_m16"), "PTX lacks the expert kernels");
             }
             Err(GpuError::NoNvrtc) => eprintln!("skipped: no NVRTC library on this machine"),
             Err(e) => panic!("{e}"),

@@ -5,34 +5,45 @@ use cudarc::driver::CudaFunction;
 use super::build::Kernels;
 use super::{Arg, DevPtr, Gpu, GpuError};
 
-/// Rows of one grouped GEMM tile and columns of one block (MOE_BM and MOE_BN in moe.cu).
-pub const MOE_ROWS: usize = 64;
+/// Columns of one grouped GEMM block (MOE_BN in moe.cu).
 const MOE_COLS: usize = 128;
 
 /// Most experts a row may choose (MOE_MAX_TOPK in moe.cu).
 pub const MOE_MAX_TOPK: usize = 16;
 
-/// Dynamic shared memory of a grouped GEMM block: 3 stages of 64 rows of A and 128 of W, 40 halves a row.
-const GEMM_SMEM: u32 = 3 * (64 + 128) * 40 * 2;
+/// Dynamic shared memory of a grouped GEMM block of `rows`-row tiles and `stages` stages: per stage the tile's
+/// rows of A and 128 rows of W, 40 halves a row.
+const fn gemm_smem(rows: usize, stages: usize) -> u32 {
+    (stages * (rows + MOE_COLS) * 40 * 2) as u32
+}
+
+/// The two tile shapes (the _m64 and _m16 kernels): rows a tile and stages of the ring.
+const WIDE: (usize, usize) = (64, 3);
+const NARROW: (usize, usize) = (16, 6);
+
+/// Rounds whose experts serve at most this many rows on average take the 16-row tiles.
+const NARROW_ROWS: usize = 32;
 
 pub(super) struct MoeKernels {
     route: CudaFunction,
     plan: CudaFunction,
-    gate_up: CudaFunction,
-    down: CudaFunction,
+    /// gate_up and down with 64-row tiles, then with 16-row ones.
+    gemm: [(CudaFunction, CudaFunction); 2],
     combine: CudaFunction,
 }
 
 impl MoeKernels {
     pub(super) fn load(kernels: &Kernels) -> Result<MoeKernels, GpuError> {
         let load = |name: &str| kernels.function(name);
-        Ok(MoeKernels {
-            route: load("moe_route")?,
-            plan: load("moe_plan")?,
-            gate_up: load("moe_gate_up")?,
-            down: load("moe_down")?,
-            combine: load("moe_combine")?,
-        })
+        let gemm =
+            [(load("moe_gate_up_m64")?, load("moe_down_m64")?), (load("moe_gate_up_m16")?, load("moe_down_m16")?)];
+        let attr = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        for ((gate_up, down), (rows, stages)) in gemm.iter().zip([WIDE, NARROW]) {
+            for f in [gate_up, down] {
+                f.set_attribute(attr, gemm_smem(rows, stages) as i32)?;
+            }
+        }
+        Ok(MoeKernels { route: load("moe_route")?, plan: load("moe_plan")?, gemm, combine: load("moe_combine")? })
     }
 }
 
@@ -97,12 +108,13 @@ pub struct MoeShape {
     pub h: usize,
 }
 
-/// Row `r` of the stacked gate and up matrix the grouped kernel reads: (0 for gate or 1 for up, its row).
+/// Row `r` of the stacked gate and up matrix the grouped kernels read: (0 for gate or 1 for up, its row); rows
+/// alternate eight of gate and eight of up.
 pub fn moe_gate_up_order(r: usize) -> (usize, usize) {
-    let (chunk, j) = (r / 64, r % 64);
-    match j < 32 {
-        true => (0, 32 * chunk + j),
-        false => (1, 32 * chunk + j - 32),
+    let (chunk, j) = (r / 16, r % 16);
+    match j < 8 {
+        true => (0, 8 * chunk + j),
+        false => (1, 8 * chunk + j - 8),
     }
 }
 
@@ -142,21 +154,29 @@ impl Gpu {
             .chain([Arg::Ptr(s.experts), Arg::Ptr(s.weights), Arg::Ptr(s.local), Arg::Ptr(s.counts)])
             .collect();
         self.launch(&k.route, (rows, 1, 1), 128, (4 * (h + ne)) as u32, &route)?;
-        let plan = [Arg::Ptr(s.experts), Arg::Ptr(s.local), Arg::Ptr(s.counts), int(pairs), int(top_k), int(ne)];
+        // Which tiles the GEMMs take changes no bit: every shape sums an output in the same order.
+        let narrow = pairs <= NARROW_ROWS * ne;
+        let ((gate_up_k, down_k), (bm, stages)) = match narrow {
+            true => (&k.gemm[1], NARROW),
+            false => (&k.gemm[0], WIDE),
+        };
+        let smem = gemm_smem(bm, stages);
+        let plan =
+            [Arg::Ptr(s.experts), Arg::Ptr(s.local), Arg::Ptr(s.counts), int(pairs), int(top_k), int(ne), int(bm)];
         let plan: Vec<Arg> = plan
             .into_iter()
             .chain([Arg::Ptr(s.offsets), Arg::Ptr(s.tile_start), Arg::Ptr(s.slot_row), Arg::Ptr(s.pair_slot)])
             .collect();
         self.launch(&k.plan, (1, 1, 1), 1024, (4 * (ne + 1)) as u32, &plan)?;
         // Every expert's tiles fit in this many: each expert wastes less than one.
-        let tiles = pairs.div_ceil(MOE_ROWS) + ne.min(pairs);
+        let tiles = pairs.div_ceil(bm) + ne.min(pairs);
         let gate_up = [Arg::Ptr(normed), Arg::Ptr(s.slot_row), Arg::Ptr(w.gate_up), Arg::Ptr(s.offsets)];
         let gate_up: Vec<Arg> =
             gate_up.into_iter().chain([Arg::Ptr(s.tile_start), int(ne), int(2 * f), int(h), Arg::Ptr(s.act)]).collect();
-        self.launch(&k.gate_up, ((2 * f).div_ceil(MOE_COLS), tiles, 1), 128, GEMM_SMEM, &gate_up)?;
+        self.launch(gate_up_k, ((2 * f).div_ceil(MOE_COLS), tiles, 1), 128, smem, &gate_up)?;
         let down = [Arg::Ptr(s.act), Arg::Ptr(w.down), Arg::Ptr(s.offsets), Arg::Ptr(s.tile_start)];
         let down: Vec<Arg> = down.into_iter().chain([int(ne), int(h), int(f), Arg::Ptr(s.out)]).collect();
-        self.launch(&k.down, (h.div_ceil(MOE_COLS), tiles, 1), 128, GEMM_SMEM, &down)?;
+        self.launch(down_k, (h.div_ceil(MOE_COLS), tiles, 1), 128, smem, &down)?;
         let (shared_out, shared_gate) = shared.unwrap_or((0, 0));
         let combine = [Arg::Ptr(s.out), Arg::Ptr(s.pair_slot), Arg::Ptr(s.weights), int(top_k), int(h)];
         let combine: Vec<Arg> =
@@ -174,10 +194,10 @@ mod tests {
         let f = 96;
         let rows: Vec<(usize, usize)> = (0..2 * f).map(moe_gate_up_order).collect();
         for (r, &(part, row)) in rows.iter().enumerate() {
-            let warp_cols = r / 64 * 64;
-            // A warp's column tiles 0-3 are gate and 4-7 up of intermediate columns warp_cols / 2 ..+ 32.
-            assert_eq!(part, (r - warp_cols) / 32, "row {r}");
-            assert_eq!(row, warp_cols / 2 + (r - warp_cols) % 32, "row {r}");
+            // Column tiles 2u and 2u + 1 are gate and up of intermediate columns 8u ..+ 8.
+            let (u, tile) = (r / 16, r / 8);
+            assert_eq!(part, tile % 2, "row {r}");
+            assert_eq!(row, 8 * u + r % 8, "row {r}");
         }
         let mut seen: Vec<(usize, usize)> = rows.clone();
         seen.sort();
@@ -188,6 +208,7 @@ mod tests {
     #[test]
     fn test_sizes_the_kernels_cannot_take_are_named() {
         let fit = MoeShape { experts: 128, top_k: 8, f: 768, h: 2048 };
+        assert!(gemm_smem(NARROW.0, NARROW.1) <= 227 * 1024 && gemm_smem(WIDE.0, WIDE.1) <= 227 * 1024);
         assert!(moe_unfit(&fit).is_none());
         assert!(moe_unfit(&MoeShape { top_k: 17, ..fit }).unwrap().contains("17 experts"));
         assert!(moe_unfit(&MoeShape { f: 100, ..fit }).unwrap().contains("100"));
