@@ -34,6 +34,9 @@ strip -o .device/gemm-tests "$gemm_tests"
 attention_tests=$(test_binary -p tensorfold-kernels --test gpu_attention)
 [[ -n "$attention_tests" ]] || { echo "the test binary gpu_attention was not built" >&2; exit 1; }
 strip -o .device/attention-tests "$attention_tests"
+deltanet_tests=$(test_binary -p tensorfold-kernels --test gpu_deltanet)
+[[ -n "$deltanet_tests" ]] || { echo "the test binary gpu_deltanet was not built" >&2; exit 1; }
+strip -o .device/deltanet-tests "$deltanet_tests"
 norm_tests=$(test_binary -p tensorfold-kernels --test gpu_norm)
 [[ -n "$norm_tests" ]] || { echo "the test binary gpu_norm was not built" >&2; exit 1; }
 strip -o .device/norm-tests "$norm_tests"

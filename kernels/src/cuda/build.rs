@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use super::GpuError;
 
 /// The kernel sources, one file per family of operations.
-pub const SOURCES: [(&str, &str); 14] = [
+pub const SOURCES: [(&str, &str); 15] = [
     ("prelude.cu", include_str!("../../cuda/prelude.cu")),
     ("norm.cu", include_str!("../../cuda/norm.cu")),
     ("gemm.cu", include_str!("../../cuda/gemm.cu")),
@@ -26,6 +26,7 @@ pub const SOURCES: [(&str, &str); 14] = [
     ("pack.cu", include_str!("../../cuda/pack.cu")),
     ("conv.cu", include_str!("../../cuda/conv.cu")),
     ("moe.cu", include_str!("../../cuda/moe.cu")),
+    ("deltanet.cu", include_str!("../../cuda/deltanet.cu")),
 ];
 
 /// Files every program that uses the older GEMM's helpers starts with.
@@ -37,7 +38,7 @@ const PARTS: [(&str, &[&str]); 9] = [
     ("", &["attention.cu", "attention_decode.cu"]),
     ("", &["gemm_tiled.cu"]),
     ("", &["gemm_wgmma.cu"]),
-    ("", &["sampling.cu", "pack.cu", "conv.cu", "moe.cu"]),
+    ("", &["sampling.cu", "pack.cu", "conv.cu", "moe.cu", "deltanet.cu"]),
     ("", &["-", "gemm_stream.cu"]),
     ("TMA_PART 0", &["-", "gemm_tma.cu"]),
     ("TMA_PART 1", &["-", "gemm_tma.cu"]),

@@ -10,6 +10,7 @@ use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream};
 mod attention;
 mod build;
 mod conv;
+mod deltanet;
 mod family;
 mod gemm;
 mod moe;
@@ -21,6 +22,7 @@ pub use crate::cuda_pack::{gate_up_order, gemm_segments, pack_weight, packed_ind
 pub use attention::{attention_group_rows, AttentionArgs, QkvArgs, ATTENTION_SPLIT, HEAD_DIMS};
 pub use build::{compile_ptx, source, SOURCES};
 pub use conv::{ConvLaunch, Windows};
+pub use deltanet::{deltanet_unfit, DeltaNetLayer, DeltaNetRound, DELTANET_KEY_DIMS, DELTANET_MAX_VALUE_DIM};
 pub use family::{family_segments, family_workspace, GemmScratch, GEMM_COUNTERS, STREAM_ROWS};
 pub use gemm::NormIn;
 pub use moe::{moe_gate_up_order, moe_unfit, MoeScratch, MoeShape, MoeWeights, MOE_MAX_TOPK};
@@ -105,6 +107,7 @@ struct Functions {
     snac_conv_gemm: CudaFunction,
     snac_conv_rows: CudaFunction,
     moe: moe::MoeKernels,
+    deltanet: deltanet::DeltaNetKernels,
     /// Whether launches may overlap the previous kernel's tail (programmatic dependent launch, sm_90 on).
     overlap: bool,
 }
@@ -264,6 +267,7 @@ impl Gpu {
             snac_conv_gemm: load("snac_conv_gemm")?,
             snac_conv_rows: load("snac_conv_rows")?,
             moe: moe::MoeKernels::load(&kernels)?,
+            deltanet: deltanet::DeltaNetKernels::load(&kernels)?,
             overlap: major >= 9 && options.overlap,
         };
         gemm::allow_shared_memory(&f)?;
@@ -529,6 +533,7 @@ mod tests {
                 assert!(ptx.contains(".entry gemm_m16") && ptx.contains("mma.sync"), "PTX lacks the GEMM");
                 assert!(ptx.contains(".entry snac_conv_gemm"), "PTX lacks the codec kernels");
                 assert!(ptx.contains(".entry moe_gate_up_m16"), "PTX lacks the expert kernels");
+                assert!(ptx.contains(".entry deltanet_heads_k128"), "PTX lacks the linear-attention kernels");
             }
             Err(GpuError::NoNvrtc) => eprintln!("skipped: no NVRTC library on this machine"),
             Err(e) => panic!("{e}"),

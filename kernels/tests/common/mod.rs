@@ -1,4 +1,5 @@
 //! Helpers the GPU tests share.
+#![allow(dead_code)]
 
 /// splitmix64 values in [-scale, scale), so the values repeat from run to run.
 pub fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {

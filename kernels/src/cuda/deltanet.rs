@@ -1,0 +1,165 @@
+//! Host side of deltanet.cu: Gated DeltaNet's rows, recurrence and gated norm over the pool's state plane.
+
+use cudarc::driver::CudaFunction;
+
+use super::build::Kernels;
+use super::{Arg, DevPtr, Gpu, GpuError};
+
+/// Key head sizes the recurrence kernel is built for.
+pub const DELTANET_KEY_DIMS: [usize; 4] = [16, 32, 64, 128];
+
+/// Largest value head the recurrence kernel takes (a thread per column of the state).
+pub const DELTANET_MAX_VALUE_DIM: usize = 256;
+
+pub(super) struct DeltaNetKernels {
+    rows: CudaFunction,
+    /// `deltanet_heads_k{DK}` for each of `DELTANET_KEY_DIMS`.
+    heads: [CudaFunction; 4],
+    gated_norm: CudaFunction,
+}
+
+impl DeltaNetKernels {
+    pub(super) fn load(kernels: &Kernels) -> Result<DeltaNetKernels, GpuError> {
+        let load = |name: &str| kernels.function(name);
+        Ok(DeltaNetKernels {
+            rows: load("deltanet_rows")?,
+            heads: [
+                load("deltanet_heads_k16")?,
+                load("deltanet_heads_k32")?,
+                load("deltanet_heads_k64")?,
+                load("deltanet_heads_k128")?,
+            ],
+            gated_norm: load("deltanet_gated_norm")?,
+        })
+    }
+}
+
+/// One linear layer's place in the pool's state plane and its sizes.
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaNetLayer {
+    /// f32 state plane of every page: `state_elems` floats a page.
+    pub states: DevPtr,
+    pub state_elems: usize,
+    /// This layer's first float within a page's state.
+    pub base: usize,
+    pub page_tokens: usize,
+    pub num_k_heads: usize,
+    pub num_v_heads: usize,
+    pub k_head_dim: usize,
+    pub v_head_dim: usize,
+    pub conv_kernel: usize,
+}
+
+impl DeltaNetLayer {
+    fn conv_dim(&self) -> usize {
+        2 * self.num_k_heads * self.k_head_dim + self.num_v_heads * self.v_head_dim
+    }
+}
+
+/// Why the kernels cannot take this layer's sizes, if they cannot.
+pub fn deltanet_unfit(l: &DeltaNetLayer) -> Option<String> {
+    if !DELTANET_KEY_DIMS.contains(&l.k_head_dim) || l.v_head_dim > DELTANET_MAX_VALUE_DIM {
+        return Some(format!(
+            "linear attention heads of {} x {}: the CUDA kernels take key heads of {DELTANET_KEY_DIMS:?} and value \
+             heads of at most {DELTANET_MAX_VALUE_DIM}",
+            l.k_head_dim, l.v_head_dim
+        ));
+    }
+    if l.num_k_heads == 0 || !l.num_v_heads.is_multiple_of(l.num_k_heads) {
+        return Some(format!("{} value heads over {} key heads", l.num_v_heads, l.num_k_heads));
+    }
+    None
+}
+
+/// A round's tables on the device (u32): each row's position and page-table offset, the page tables, and per lane
+/// its first row, start position, row count and page-table offset.
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaNetRound {
+    pub rows: usize,
+    pub lanes: usize,
+    pub pos: DevPtr,
+    pub table_off: DevPtr,
+    pub page_table: DevPtr,
+    pub lane_table: DevPtr,
+}
+
+impl Gpu {
+    /// Writes each row's convolution inputs (`qkv`, f32) and gates (from `ba`, f32) to its page's row slot.
+    pub fn deltanet_rows(
+        &self,
+        l: &DeltaNetLayer,
+        r: &DeltaNetRound,
+        (qkv, ba): (DevPtr, DevPtr),
+        (neg_a, dt_bias): (DevPtr, DevPtr),
+    ) -> Result<(), GpuError> {
+        let int = |v: usize| Arg::Int(v as i32);
+        let args = [Arg::Ptr(qkv), Arg::Ptr(ba), Arg::Ptr(neg_a), Arg::Ptr(dt_bias), Arg::Ptr(r.pos)];
+        let tail = [Arg::Ptr(r.table_off), Arg::Ptr(r.page_table), Arg::Ptr(l.states), Arg::Ptr(l.state_elems as u64)];
+        let sizes = [int(l.base), int(l.page_tokens), int(l.conv_dim()), int(l.num_v_heads)];
+        let ratio = int(l.num_v_heads / l.num_k_heads);
+        self.launch(&self.f.deltanet.rows, (r.rows, 1, 1), 128, 0, &[&args[..], &tail, &sizes, &[ratio]].concat())
+    }
+
+    /// Each lane's value heads run their recurrences from the state before its step's first page; outputs go to
+    /// `core` (rows x value heads x v_head_dim, f32); every page the step ends gets its state.
+    pub fn deltanet_heads(
+        &self,
+        l: &DeltaNetLayer,
+        r: &DeltaNetRound,
+        conv: DevPtr,
+        core: DevPtr,
+    ) -> Result<(), GpuError> {
+        let at = DELTANET_KEY_DIMS.iter().position(|&d| d == l.k_head_dim).expect("a key head size the kernels take");
+        let int = |v: usize| Arg::Int(v as i32);
+        let args = [Arg::Ptr(conv), Arg::Ptr(r.lane_table), Arg::Ptr(r.page_table), Arg::Ptr(l.states)];
+        let tail = [Arg::Ptr(l.state_elems as u64), int(l.base), int(l.page_tokens), int(l.conv_kernel)];
+        let heads = [int(l.num_k_heads), int(l.num_v_heads), int(l.v_head_dim), Arg::Ptr(core)];
+        let threads = l.v_head_dim.max(32) as u32;
+        self.launch(
+            &self.f.deltanet.heads[at],
+            (r.lanes, l.num_v_heads, 1),
+            threads,
+            0,
+            &[&args[..], &tail, &heads].concat(),
+        )
+    }
+
+    /// out (bf16) = each value head's `core` row normed with `w` and `eps`, times silu of its gate `z` (f32).
+    #[allow(clippy::too_many_arguments)]
+    pub fn deltanet_gated_norm(
+        &self,
+        core: DevPtr,
+        z: DevPtr,
+        w: DevPtr,
+        out: DevPtr,
+        (rows, nv, dv): (usize, usize, usize),
+        eps: f32,
+    ) -> Result<(), GpuError> {
+        let int = |v: usize| Arg::Int(v as i32);
+        let args = [Arg::Ptr(core), Arg::Ptr(z), Arg::Ptr(w), Arg::Ptr(out), int(nv), int(dv), Arg::Float(eps)];
+        self.launch(&self.f.deltanet.gated_norm, (rows, nv, 1), 32, 0, &args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_sizes_the_recurrence_cannot_take_are_named() {
+        let next = DeltaNetLayer {
+            states: 0,
+            state_elems: 0,
+            base: 0,
+            page_tokens: 16,
+            num_k_heads: 16,
+            num_v_heads: 32,
+            k_head_dim: 128,
+            v_head_dim: 128,
+            conv_kernel: 4,
+        };
+        assert!(deltanet_unfit(&next).is_none());
+        assert!(deltanet_unfit(&DeltaNetLayer { k_head_dim: 96, ..next }).unwrap().contains("96"));
+        assert!(deltanet_unfit(&DeltaNetLayer { num_v_heads: 24, ..next }).unwrap().contains("24 value heads"));
+    }
+}
