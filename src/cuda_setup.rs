@@ -84,6 +84,14 @@ impl CudaDevice {
         let keys = self.allocate(MemoryKind::KvCache, bytes)?;
         let values = self.allocate(MemoryKind::KvCache, bytes)?;
         let ptrs = [keys.ptr().0, values.ptr().0];
-        Ok(KvPool::on_device(layout, num_pages, Box::new((keys, values)), ptrs))
+        let pool = KvPool::on_device(layout, num_pages, Box::new((keys, values)), ptrs);
+        match layout.state_bytes(num_pages) {
+            0 => Ok(pool),
+            bytes => {
+                let states = self.allocate(MemoryKind::KvCache, bytes)?;
+                let ptr = states.ptr().0;
+                Ok(pool.with_device_states(ptr, Box::new(states)))
+            }
+        }
     }
 }

@@ -30,7 +30,7 @@ if wants tests; then
     done
     # The attention tests again with prompt rounds on the wgmma kernel.
     echo "-- attention-tests, TF_CUDA_WG_PROMPT=1" >> "$OUT/tests.txt"
-    TF_CUDA_WG_PROMPT=1 timeout 240 .device/attention-tests --test-threads 1 2>&1 | grep -E "^test |test result|skipped|panicked|differs" >> "$OUT/tests.txt"
+    TF_CUDA_WG_PROMPT=1 timeout 120 .device/attention-tests --test-threads 1 2>&1 | grep -E "^test |test result|skipped|panicked|differs" >> "$OUT/tests.txt"
     cat "$OUT/tests.txt"
 fi
 if wants bench; then
@@ -40,7 +40,7 @@ if wants bench; then
     cat "$OUT/bench.log" | tail -20
     # The wgmma prompt kernel apart, so a fault there costs only this run.
     echo "== wgmma prompt bench at $(elapsed) s"
-    timeout 120 python3 tools/attn_bench.py --wg --lanes "" --out "$OUT/bench-wg" > "$OUT/bench-wg.log" 2>&1
+    timeout 90 python3 tools/attn_bench.py --wg --lanes "" --out "$OUT/bench-wg" > "$OUT/bench-wg.log" 2>&1
     cp "$OUT/bench-wg/attn_bench.md" "$OUT/attn_bench_wg.md" 2>/dev/null
     grep -E "wgmma|prompt|Error|error" "$OUT/bench-wg.log" | grep -v Warning | tail -8
 fi
@@ -73,7 +73,7 @@ if wants ttft; then
     for n in 8192 32768; do
         (( $(left) > 90 )) || break
         echo "== server ttft $n at $(elapsed) s"
-        timeout 150 bash tools/bench_gpu.sh --binary .device/tensorfold --out "$OUT/ttft-$n" --ckpt "$CKPT" \
+        timeout $(( $(left) < 150 ? $(left) : 150 )) bash tools/bench_gpu.sh --binary .device/tensorfold --out "$OUT/ttft-$n" --ckpt "$CKPT" \
             --skip peer --skip bandwidth --single-repeats 0 --streams 1 --stream-tokens 2 --ttft-repeats 2 \
             --long-prompt "$n" --context 33280 --deadline 140 > /dev/null 2>&1
         cp "$OUT/ttft-$n/results.md" "$OUT/ttft-$n.md" 2>/dev/null
@@ -82,7 +82,7 @@ if wants ttft; then
 fi
 if wants long && (( $(left) > 120 )); then
     echo "== long context at $(elapsed) s"
-    timeout 240 python3 tools/long_context.py --binary .device/tensorfold --ckpt "$CKPT" --context 131072 \
+    timeout $(( $(left) < 260 ? $(left) - 20 : 240 )) python3 tools/long_context.py --binary .device/tensorfold --ckpt "$CKPT" --context 131072 \
         --prompt 65536 --log "$OUT/long-server.txt" | tee "$OUT/long.txt"
     grep -E "kv_tokens" "$OUT/long-server.txt" | tail -1 >> "$OUT/long.txt"
 fi

@@ -52,8 +52,9 @@ pub type KvOwner = Box<dyn Send + Sync>;
 enum KvMemory {
     /// Floats the CPU kernels read and write.
     Host { keys: KvStorage, values: KvStorage },
-    /// Device buffers at these addresses, which only the GPU kernels touch.
-    Device { keys: u64, values: u64, _owner: KvOwner },
+    /// Device buffers at these addresses, which only the GPU kernels touch; `states` is the recurrent state's (0
+    /// until `with_device_states` gives it one).
+    Device { keys: u64, values: u64, states: u64, _owner: KvOwner },
 }
 
 /// Keys and values of every page, stored `[page][layer][token][kv_dim]`, and each page's recurrent state, always in
@@ -83,8 +84,27 @@ impl KvPool {
 
     /// A pool in device memory, keys at `ptrs[0]` and values at `ptrs[1]`, which `owner` keeps allocated.
     pub fn on_device(layout: KvLayout, num_pages: usize, owner: KvOwner, ptrs: [u64; 2]) -> KvPool {
-        let memory = KvMemory::Device { keys: ptrs[0], values: ptrs[1], _owner: owner };
+        let memory = KvMemory::Device { keys: ptrs[0], values: ptrs[1], states: 0, _owner: owner };
         KvPool { layout, num_pages, memory, states: Box::new(Vec::new()) }
+    }
+
+    /// The same device pool with its recurrent state at device address `ptr` (f32, `num_pages` pages of it), which
+    /// `owner` keeps allocated.
+    pub fn with_device_states(mut self, ptr: u64, owner: KvOwner) -> KvPool {
+        if let KvMemory::Device { states, _owner: held, .. } = &mut self.memory {
+            *states = ptr;
+            let keys_and_values = std::mem::replace(held, Box::new(()));
+            *held = Box::new((keys_and_values, owner));
+        }
+        self
+    }
+
+    /// The device address of the recurrent state, for a device pool that has one.
+    pub fn device_states(&self) -> Option<u64> {
+        match self.memory {
+            KvMemory::Device { states, .. } if states != 0 => Some(states),
+            _ => None,
+        }
     }
 
     /// The same pool with its recurrent state in `states`, at least `num_pages` pages of it.

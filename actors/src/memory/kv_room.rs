@@ -50,7 +50,7 @@ pub(crate) async fn kv_room(
         }
         false => {
             let ptrs = [keys.ptr().0, values.ptr().0];
-            KvPool::on_device(layout, num_pages, Box::new((keys, values)), ptrs)
+            device_states(device, KvPool::on_device(layout, num_pages, Box::new((keys, values)), ptrs)).await?
         }
     };
     Ok(Room { pool, num_pages, num_lent_pages: 0, held: Vec::new() })
@@ -117,6 +117,12 @@ async fn device_room(
     let base = mapped.ptr().0;
     let ptrs = [base, base + (total * plane) as u64];
     let pool = KvPool::on_device(layout, total, Box::new(mapped), ptrs);
+    // Every page's recurrent state stays in own device memory, the lent pages' too: without room for it, no carveout.
+    let pool = match device_states(device, pool).await {
+        Ok(pool) => pool,
+        Err(StartError::DeviceGone) => return Err(StartError::DeviceGone),
+        Err(e) => return Ok(Err(format!("the recurrent state of {total} pages: {e}"))),
+    };
     let num_lent_pages = total - num_pages;
     log_lent(lent_bytes, num_lent_pages, layout, "device");
     Ok(Ok(Room { pool, num_pages: total, num_lent_pages, held: Vec::new() }))
@@ -132,6 +138,19 @@ async fn own_states(device: &Addr<DeviceActor>, pool: KvPool) -> Result<KvPool, 
     let states =
         device.send(Allocate { kind: MemoryKind::KvCache, bytes }).await.map_err(|_| StartError::DeviceGone)??;
     Ok(pool.with_states(Box::new(states)))
+}
+
+/// A device pool with its pages' recurrent state in own device memory from the ledger; a pool without such state
+/// as it is.
+async fn device_states(device: &Addr<DeviceActor>, pool: KvPool) -> Result<KvPool, StartError> {
+    let bytes = pool.layout().state_bytes(pool.num_pages());
+    if bytes == 0 {
+        return Ok(pool);
+    }
+    let states =
+        device.send(Allocate { kind: MemoryKind::KvCache, bytes }).await.map_err(|_| StartError::DeviceGone)??;
+    let ptr = states.ptr().0;
+    Ok(pool.with_device_states(ptr, Box::new(states)))
 }
 
 /// The start-up line of a pool that lent memory grew: the lent bytes, the pages they added and their tokens, and the
