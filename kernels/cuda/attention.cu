@@ -14,11 +14,11 @@
 #define ATT_SPLIT 64
 #define ATT_WARPS 4
 // Norms (with `norm`) and rotates one head that one warp holds in shared memory, into out[j] for lane + 32 j;
-// a v head (`rotate` false) passes through. Every step is rounded explicitly, so both kernels that call it
-// compute the same bits.
+// a v head (`rotate` false) passes through, and so do a rotated head's dimensions from `rot` on (partial rotary).
+// Every step is rounded explicitly, so both kernels that call it compute the same bits.
 __device__ __forceinline__ void rope_head(float* head, const float* norm, float eps, u32 p, const float* inv_freq,
-                                          int d, int interleaved, bool rotate, float* out) {
-    const int lane = threadIdx.x & 31, half = d / 2;
+                                          int d, int rot, int interleaved, bool rotate, float* out) {
+    const int lane = threadIdx.x & 31, half = rot / 2;
     if (rotate && norm) {
         float ss = 0.0f;
         for (int i = lane; i < d; i += 32) ss = __fmaf_rn(head[i], head[i], ss);
@@ -31,7 +31,7 @@ __device__ __forceinline__ void rope_head(float* head, const float* norm, float 
     for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
         const int i = lane + 32 * j;
         if (i >= d) continue;
-        if (!rotate) {
+        if (!rotate || i >= rot) {
             out[j] = head[i];
             continue;
         }
@@ -49,7 +49,7 @@ __device__ __forceinline__ void rope_head(float* head, const float* norm, float 
 #define ROPE_HEADS 4
 extern "C" __global__ void __launch_bounds__(32 * ROPE_HEADS) qkv_rope_store(
     float* qkv, const u32* pos, const u64* kv_off, const float* inv_freq, const float* q_norm, const float* k_norm,
-    float eps, bf16* kcache, bf16* vcache, u64 layer_off, int nh, int nkv, int d, int interleaved) {
+    float eps, bf16* kcache, bf16* vcache, u64 layer_off, int nh, int nkv, int d, int interleaved, int rot) {
     start_next();
     wait_prior();
     __shared__ float heads[ROPE_HEADS][MAX_HEAD_DIM];
@@ -61,7 +61,7 @@ extern "C" __global__ void __launch_bounds__(32 * ROPE_HEADS) qkv_rope_store(
     for (int i = lane; i < d; i += 32) head[i] = x[i];
     __syncwarp();
     float out[MAX_HEAD_DIM / 32];
-    rope_head(head, is_q ? q_norm : k_norm, eps, pos[row], inv_freq, d, interleaved, !is_v, out);
+    rope_head(head, is_q ? q_norm : k_norm, eps, pos[row], inv_freq, d, rot, interleaved, !is_v, out);
     const int kvh = is_v ? hd - nh - nkv : hd - nh;
     bf16* dst = is_q ? nullptr : (is_v ? vcache : kcache) + kv_off[row] + layer_off + (u64)kvh * d;
 #pragma unroll
@@ -227,7 +227,7 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
             const float* src = qkv + (u64)row0 * width + (u64)(kvh * group + hh) * D;
             for (int i = lane; i < D; i += 32) qrot[hh][i] = src[i];
             __syncwarp();
-            rope_head(qrot[hh], q_norm, eps, last_p, inv_freq, D, interleaved, true, o);
+            rope_head(qrot[hh], q_norm, eps, last_p, inv_freq, D, D, interleaved, true, o);
             __syncwarp();
 #pragma unroll
             for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
@@ -239,7 +239,7 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
                 const float* src = qkv + (u64)row0 * width + (u64)(nh + which * nkv + kvh) * D;
                 for (int i = lane; i < D; i += 32) fresh[which][i] = src[i];
                 __syncwarp();
-                rope_head(fresh[which], k_norm, eps, last_p, inv_freq, D, interleaved, !is_v, o);
+                rope_head(fresh[which], k_norm, eps, last_p, inv_freq, D, D, interleaved, !is_v, o);
                 bf16* dst = (is_v ? vcache : kcache) + kv_off[row0] + layer_off + (u64)kvh * D;
 #pragma unroll
                 for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)

@@ -91,7 +91,7 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
             const float* src = qkv + (u64)row * width + (u64)(kvh * group + hh) * D;
             for (int i = lane; i < D; i += 32) head[i] = src[i];
             __syncwarp();
-            rope_head(head, q_norm, eps, last_p, inv_freq, D, interleaved, true, o);
+            rope_head(head, q_norm, eps, last_p, inv_freq, D, D, interleaved, true, o);
             __syncwarp();
 #pragma unroll
             for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
@@ -104,7 +104,7 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
             __syncwarp();
             for (int i = lane; i < D; i += 32) fresh[i] = src[i];
             __syncwarp();
-            rope_head(fresh, k_norm, eps, last_p, inv_freq, D, interleaved, !is_v, o);
+            rope_head(fresh, k_norm, eps, last_p, inv_freq, D, D, interleaved, !is_v, o);
             bf16* dst = (is_v ? vcache : kcache) + kv_off[row] + layer_off + (u64)kvh * D;
 #pragma unroll
             for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)

@@ -2,9 +2,10 @@
 // paged pool: per page and linear layer, each position's row (its convolution inputs, then each value head's decay
 // input and beta) and the state after the page's last position (a dk x dv matrix per value head, row-major in k).
 //
-// The arithmetic is the CPU's (engine/src/llama/deltanet.rs), one position at a time in absolute-position order: a
-// step that starts inside a page replays the page's earlier positions from the previous page's state, and every sum
-// runs in a fixed order (a state column's sums over k ascending in one thread). So a position's state and output are
+// The steps and their order are the CPU's (engine/src/llama/deltanet.rs), with the GPU's own rounding (fused
+// multiply-adds, its exp): one position at a time in absolute-position order, a step that starts inside a page
+// replaying the page's earlier positions from the previous page's state, every sum in a fixed order (a state
+// column's sums over k ascending in one thread). A pool's states are therefore the GPU's, never mixed with the CPU's. So a position's state and output are
 // the same bits whether its prompt came whole, in chunks, token by token, from the prefix cache, or beside other
 // lanes.
 

@@ -2,7 +2,7 @@
 // row's experts weighted and summed in rank order.
 //
 // Batch invariance: a row's router logits are a warp's sum in a fixed lane order; its softmax and top-k run in one
-// thread over the experts in index order; an expert's GEMM sums each output in ascending k16 steps on mma.sync, whose
+// warp in a fixed order; an expert's GEMM sums each output in ascending k16 steps on mma.sync, whose
 // result for a row depends on that row alone, so neither the other rows an expert serves nor a row's place among
 // them changes its bits (which is why slots within an expert may be handed out in any order); the combine adds the
 // ranks in rank order.
@@ -14,52 +14,65 @@
 #define MOE_ROW 40
 #define MOE_MAX_TOPK 16
 
-// One block of 128 threads per row: logits = x W_router^T in f32 (x the row's normed bf16 values), softmax, the
-// top_k experts (of equal probabilities the lower index first), their probabilities (divided by their sum in rank
-// order with `renorm`), and each pair's place among its expert's pairs of the round.
-extern "C" __global__ void __launch_bounds__(128) moe_route(const bf16* __restrict__ normed,
-                                                            const float* __restrict__ router, int h, int ne, int top_k,
-                                                            int renorm, u32* __restrict__ experts,
-                                                            float* __restrict__ weights, u32* __restrict__ local,
-                                                            u32* __restrict__ counts) {
-    extern __shared__ float route_smem[];
-    float* x = route_smem;
-    float* p = route_smem + h;
+// Router logits: grid (rows, experts / 8), one warp per (row, expert), logits = x W_router^T in f32 (x the row's
+// normed bf16 values), each a sum in a fixed lane order. Block (0, 0) also zeroes the experts' counts for this layer.
+extern "C" __global__ void __launch_bounds__(256) moe_logits(const bf16* __restrict__ normed,
+                                                             const float* __restrict__ router, int h, int ne,
+                                                             float* __restrict__ logits, u32* __restrict__ counts) {
     wait_prior();
     start_next();
-    const int r = blockIdx.x, t = threadIdx.x, warp = t >> 5, lane = t & 31;
-    for (int i = t; i < h; i += 128) x[i] = bf2f(normed[(u64)r * h + i]);
-    __syncthreads();
-    for (int e = warp; e < ne; e += 4) {
-        const float* w = router + (u64)e * h;
-        float s = 0.0f;
-        for (int i = lane; i < h; i += 32) s += x[i] * w[i];
-        s = warp_sum(s);
-        if (lane == 0) p[e] = s;
-    }
-    __syncthreads();
-    if (t != 0) return;
-    float m = p[0];
-    for (int e = 1; e < ne; ++e) m = fmaxf(m, p[e]);
+    const int r = blockIdx.x, e = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (blockIdx.x == 0 && blockIdx.y == 0)
+        for (int i = threadIdx.x; i < ne; i += blockDim.x) counts[i] = 0;
+    if (e >= ne) return;
+    const bf16* x = normed + (u64)r * h;
+    const float* w = router + (u64)e * h;
+    float s = 0.0f;
+    for (int i = lane; i < h; i += 32) s += bf2f(x[i]) * w[i];
+    s = warp_sum(s);
+    if (lane == 0) logits[(u64)r * ne + e] = s;
+}
+
+// One warp per row: softmax of its logits, the top_k experts (of equal probabilities the lower index first), their
+// probabilities (divided by their sum in rank order with `renorm`), and each pair's place among its expert's pairs.
+extern "C" __global__ void moe_route(float* __restrict__ logits, int ne, int top_k, int renorm,
+                                     u32* __restrict__ experts, float* __restrict__ weights, u32* __restrict__ local,
+                                     u32* __restrict__ counts) {
+    wait_prior();
+    start_next();
+    const int r = blockIdx.x, lane = threadIdx.x;
+    float* p = logits + (u64)r * ne;
+    float m = -__int_as_float(0x7f800000);
+    for (int e = lane; e < ne; e += 32) m = fmaxf(m, p[e]);
+    m = warp_max(m);
     float sum = 0.0f;
-    for (int e = 0; e < ne; ++e) {
-        p[e] = expf(p[e] - m);
-        sum += p[e];
-    }
-    for (int e = 0; e < ne; ++e) p[e] = p[e] / sum;
+    for (int e = lane; e < ne; e += 32) sum += expf(p[e] - m);
+    sum = warp_sum(sum);
+    __syncwarp();
+    for (int e = lane; e < ne; e += 32) p[e] = expf(p[e] - m) / sum;
+    __syncwarp();
     float chosen[MOE_MAX_TOPK];
     int ids[MOE_MAX_TOPK];
     float total = 0.0f;
     for (int k = 0; k < top_k; ++k) {
-        int best = 0;
-        for (int e = 1; e < ne; ++e)
-            if (p[e] > p[best]) best = e;
-        ids[k] = best;
-        chosen[k] = p[best];
-        total += p[best];
+        // This lane's best (the lower index on equal values), then the warp's, lower index on equal values.
+        float best = -1.0f;
+        int id = ne;
+        for (int e = lane; e < ne; e += 32)
+            if (p[e] > best) best = p[e], id = e;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, id, o);
+            if (ob > best || (ob == best && oi < id)) best = ob, id = oi;
+        }
+        ids[k] = id;
+        chosen[k] = best;
+        total += best;
         // Probabilities are at least zero, so a taken expert is never picked again.
-        p[best] = -1.0f;
+        if (lane == 0) p[id] = -1.0f;
+        __syncwarp();
     }
+    if (lane != 0) return;
     for (int k = 0; k < top_k; ++k) {
         const int at = r * top_k + k;
         experts[at] = (u32)ids[k];
@@ -68,8 +81,8 @@ extern "C" __global__ void __launch_bounds__(128) moe_route(const bf16* __restri
     }
 }
 
-// One block of 1024 threads: each expert's first slot and first row tile (of `bm` rows), every pair's slot and every slot's row;
-// the counts go back to zero for the next layer.
+// One block of 1024 threads: each expert's first slot and first row tile (of `bm` rows), every pair's slot and
+// every slot's row.
 extern "C" __global__ void __launch_bounds__(1024) moe_plan(const u32* __restrict__ experts, const u32* __restrict__ local,
                                                             u32* __restrict__ counts, int pairs, int top_k, int ne, int bm,
                                                             u32* __restrict__ offsets, u32* __restrict__ tile_start,
@@ -95,7 +108,6 @@ extern "C" __global__ void __launch_bounds__(1024) moe_plan(const u32* __restric
         slot_row[slot] = (u32)(i / top_k);
         pair_slot[i] = slot;
     }
-    for (int e = threadIdx.x; e < ne; e += 1024) counts[e] = 0;
 }
 
 // One expert's rows of one tile of BM rows by MOE_BN columns of its weights (w: ne matrices of n x k, row-major),

@@ -124,6 +124,11 @@ impl ModelConfig {
         self.hybrid.as_ref().is_some_and(|h| h.centred_norms)
     }
 
+    /// Leading dimensions of each attention head that RoPE rotates: all but in a hybrid with partial rotary.
+    pub fn rotary_dim(&self) -> usize {
+        self.hybrid.as_ref().map_or(self.head_dim, |h| h.rotary_dim)
+    }
+
     /// Whether layer `li` is linear attention.
     pub fn is_linear(&self, li: usize) -> bool {
         self.hybrid.as_ref().is_some_and(|h| h.linear.get(li) == Some(&true))

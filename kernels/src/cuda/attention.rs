@@ -42,7 +42,8 @@ const ROPE_HEADS: usize = 4;
 impl Gpu {
     /// Per-head norm and RoPE of q and k in `qkv`, and k and v written to the cache at `kv_off[r] + layer_off`.
     pub fn qkv_rope_store(&self, a: &QkvArgs) -> Result<(), GpuError> {
-        let dims = [a.num_heads, a.num_kv_heads, a.head_dim, a.interleaved as usize].map(|v| Arg::Int(v as i32));
+        let dims =
+            [a.num_heads, a.num_kv_heads, a.head_dim, a.interleaved as usize, a.rotary_dim].map(|v| Arg::Int(v as i32));
         let args = [
             Arg::Ptr(a.qkv),
             Arg::Ptr(a.pos),
@@ -58,6 +59,7 @@ impl Gpu {
             dims[1],
             dims[2],
             dims[3],
+            dims[4],
         ];
         let blocks = (a.num_heads + 2 * a.num_kv_heads).div_ceil(ROPE_HEADS);
         self.launch(&self.f.qkv_rope_store, (a.rows, blocks, 1), 32 * ROPE_HEADS as u32, 0, &args)
@@ -201,6 +203,8 @@ pub struct QkvArgs {
     pub num_kv_heads: usize,
     pub head_dim: usize,
     pub interleaved: bool,
+    /// Dimensions of each q and k head that RoPE rotates, from the first (partial rotary); head_dim for most models.
+    pub rotary_dim: usize,
 }
 
 /// Arguments of `paged_attention`.

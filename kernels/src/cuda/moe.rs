@@ -25,6 +25,7 @@ const NARROW: (usize, usize) = (16, 6);
 const NARROW_ROWS: usize = 32;
 
 pub(super) struct MoeKernels {
+    logits: CudaFunction,
     route: CudaFunction,
     plan: CudaFunction,
     /// gate_up and down with 64-row tiles, then with 16-row ones.
@@ -43,11 +44,13 @@ impl MoeKernels {
                 f.set_attribute(attr, gemm_smem(rows, stages) as i32)?;
             }
         }
-        Ok(MoeKernels { route: load("moe_route")?, plan: load("moe_plan")?, gemm, combine: load("moe_combine")? })
+        let (logits, route, plan, combine) =
+            (load("moe_logits")?, load("moe_route")?, load("moe_plan")?, load("moe_combine")?);
+        Ok(MoeKernels { logits, route, plan, gemm, combine })
     }
 }
 
-/// A layer's experts on the device: `experts` matrices of gate and up (2 f x h, their rows interleaved by 32 as
+/// A layer's experts on the device: `experts` matrices of gate and up (2 f x h, their rows interleaved by 8 as
 /// `moe_gate_up_order` says) and of down (h x f), row-major bf16; the router (experts x h) in f32.
 #[derive(Clone, Copy, Debug)]
 pub struct MoeWeights {
@@ -61,10 +64,11 @@ pub struct MoeWeights {
     pub f: usize,
 }
 
-/// A round's routing buffers: per pair (row, rank) its expert, weight, place within its expert's pairs and slot;
-/// per expert its count (zero between layers), first slot and first tile; per slot its row.
+/// A round's routing buffers: per row its router logits; per pair (row, rank) its expert, weight, place within its
+/// expert's pairs and slot; per expert its count, first slot and first tile; per slot its row.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MoeScratch {
+    pub logits: DevPtr,
     pub experts: DevPtr,
     pub weights: DevPtr,
     pub local: DevPtr,
@@ -81,10 +85,11 @@ pub struct MoeScratch {
 
 impl MoeScratch {
     /// Bytes of each buffer, in field order, for rounds of `rows` rows.
-    pub fn sizes(rows: usize, w: &MoeShape) -> [usize; 10] {
+    pub fn sizes(rows: usize, w: &MoeShape) -> [usize; 11] {
         let pairs = rows * w.top_k;
         let per_expert = 4 * (w.experts + 1);
         [
+            4 * rows * w.experts,
             4 * pairs,
             4 * pairs,
             4 * pairs,
@@ -148,12 +153,12 @@ impl Gpu {
         let (ne, top_k, f) = (w.experts, w.top_k, w.f);
         let pairs = rows * top_k;
         let int = |v: usize| Arg::Int(v as i32);
-        let route = [Arg::Ptr(normed), Arg::Ptr(w.router), int(h), int(ne), int(top_k), int(w.renormalize as usize)];
-        let route: Vec<Arg> = route
-            .into_iter()
-            .chain([Arg::Ptr(s.experts), Arg::Ptr(s.weights), Arg::Ptr(s.local), Arg::Ptr(s.counts)])
-            .collect();
-        self.launch(&k.route, (rows, 1, 1), 128, (4 * (h + ne)) as u32, &route)?;
+        let logits = [Arg::Ptr(normed), Arg::Ptr(w.router), int(h), int(ne), Arg::Ptr(s.logits), Arg::Ptr(s.counts)];
+        self.launch(&k.logits, (rows, ne.div_ceil(8), 1), 256, 0, &logits)?;
+        let route = [Arg::Ptr(s.logits), int(ne), int(top_k), int(w.renormalize as usize), Arg::Ptr(s.experts)];
+        let route: Vec<Arg> =
+            route.into_iter().chain([Arg::Ptr(s.weights), Arg::Ptr(s.local), Arg::Ptr(s.counts)]).collect();
+        self.launch(&k.route, (rows, 1, 1), 32, 0, &route)?;
         // Which tiles the GEMMs take changes no bit: every shape sums an output in the same order.
         let narrow = pairs <= NARROW_ROWS * ne;
         let ((gate_up_k, down_k), (bm, stages)) = match narrow {

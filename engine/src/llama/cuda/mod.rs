@@ -466,7 +466,8 @@ impl CudaLlama {
         let cache = Caches { k: kcache, v: vcache, page_tokens: pt, page_stride };
         // A decode round's launches depend only on its row count and the pool's addresses and page size: a graph replays them.
         let decode = lanes.iter().all(|l| l.tokens.len() == 1);
-        let fuse_rope = decode && options.fuse_rope;
+        // RoPE inside attention rotates whole heads only.
+        let fuse_rope = decode && options.fuse_rope && c.rotary_dim() == c.head_dim;
         let fold = options.fold_norms;
         if decode && n == t && t <= GRAPH_ROWS && options.graphs && net.collective.is_none() {
             let graph = match self.graphs.entry((t, kcache, vcache, pt, fuse_rope, fold)) {

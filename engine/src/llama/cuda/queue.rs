@@ -95,6 +95,7 @@ impl GpuPass<'_> {
             num_kv_heads: c.num_kv_heads,
             head_dim: c.head_dim,
             interleaved: c.rope_interleaved,
+            rotary_dim: c.rotary_dim(),
         }
     }
 
