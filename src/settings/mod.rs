@@ -62,6 +62,7 @@ pub enum Key {
     CudaTma,
     CudaWideDecode,
     CudaWgPrompt,
+    CudaExperts,
     CudaGemmMinTiles,
     CudaGemmMaxBlocks,
     Carveout,
@@ -344,6 +345,7 @@ impl Settings {
             fuse_rope: on(Key::CudaFuseRope, defaults.fuse_rope),
             fold_norms: on(Key::CudaFoldNorms, defaults.fold_norms),
             gpu_argmax: on(Key::CudaGpuArgmax, defaults.gpu_argmax),
+            experts: on(Key::CudaExperts, defaults.experts),
         }
     }
 

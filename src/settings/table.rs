@@ -229,6 +229,12 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::CudaWgPrompt, None, Some("TF_CUDA_WG_PROMPT"), Kind::Switch, Scope::Env)
     },
     Setting {
+        default: Some("0"),
+        help: "mixture-of-experts layers run on the GPU's grouped kernels (untried); off, CUDA refuses such models",
+        only: Only::Cuda,
+        ..row(Key::CudaExperts, None, Some("TF_CUDA_EXPERTS"), Kind::Switch, Scope::Env)
+    },
+    Setting {
         default: Some("1"),
         help: "kernels of narrow rounds start while the previous one ends (Hopper and later)",
         only: Only::Cuda,

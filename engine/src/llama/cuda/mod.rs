@@ -146,6 +146,9 @@ pub struct CudaOptions {
     pub fold_norms: bool,
     /// Rounds of greedy picks only find them on the GPU and bring back the ids alone.
     pub gpu_argmax: bool,
+    /// Mixture-of-experts layers run on the grouped kernels (moe.cu); off until their GPU tests have passed on a GPU,
+    /// and such models are refused.
+    pub experts: bool,
 }
 
 impl Default for CudaOptions {
@@ -156,6 +159,7 @@ impl Default for CudaOptions {
             fuse_rope: false,
             fold_norms: true,
             gpu_argmax: true,
+            experts: false,
         }
     }
 }
@@ -231,6 +235,11 @@ impl CudaLlama {
         }
         if let Some(why) = experts::unfit(&c) {
             return Err(fault(why));
+        }
+        if c.moe.is_some() && !options.experts {
+            return Err(fault(
+                "mixture-of-experts layers on CUDA have not run on a GPU yet: TF_CUDA_EXPERTS=1 tries them".into(),
+            ));
         }
         let ld = Loader { ckpt };
         let (h, f) = (c.hidden_size, c.intermediate_size);
