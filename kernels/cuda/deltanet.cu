@@ -146,3 +146,14 @@ extern "C" __global__ void deltanet_gated_norm(const float* __restrict__ core, c
     const float inv = rsqrtf(warp_sum(sum) / (float)dv + eps);
     for (int j = threadIdx.x; j < dv; j += 32) out[at + j] = f2bf(core[at + j] * inv * w[j] * dn_silu(z[at + j]));
 }
+
+// Gated attention: each attention output value times the sigmoid of its gate, which the query projection gave.
+// Grid (rows), 256 threads.
+extern "C" __global__ void attention_output_gate(bf16* __restrict__ attn, const float* __restrict__ gate, int width) {
+    wait_prior();
+    start_next();
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        const u64 i = (u64)blockIdx.x * width + c;
+        attn[i] = f2bf(bf2f(attn[i]) / (1.0f + expf(-gate[i])));
+    }
+}

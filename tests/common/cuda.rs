@@ -43,6 +43,27 @@ pub fn config(arch: &str) -> Value {
         c["norm_topk_prob"] = json!(true);
         c["mlp_only_layers"] = json!([1]);
     }
+    if arch == "qwen3_next" {
+        // Three Gated DeltaNet layers and one gated attention layer; 16 experts of 128 beside a shared expert, the
+        // second layer dense; every size one the CUDA kernels take.
+        c["intermediate_size"] = json!(512);
+        c["num_hidden_layers"] = json!(4);
+        c["layer_types"] = json!(["linear_attention", "linear_attention", "full_attention", "linear_attention"]);
+        c["linear_num_key_heads"] = json!(4);
+        c["linear_num_value_heads"] = json!(16);
+        c["linear_key_head_dim"] = json!(32);
+        c["linear_value_head_dim"] = json!(32);
+        c["linear_conv_kernel_dim"] = json!(4);
+        c["rope_parameters"] = json!({"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25});
+        c["num_experts"] = json!(16);
+        c["num_experts_per_tok"] = json!(4);
+        c["moe_intermediate_size"] = json!(128);
+        c["shared_expert_intermediate_size"] = json!(128);
+        c["norm_topk_prob"] = json!(true);
+        c["decoder_sparse_step"] = json!(1);
+        c["mlp_only_layers"] = json!([1]);
+        c["num_nextn_predict_layers"] = json!(0);
+    }
     if arch == "mixtral" {
         c["num_local_experts"] = json!(8);
         c["num_experts_per_tok"] = json!(2);
@@ -66,24 +87,30 @@ pub fn checkpoint(arch: &str, seed: u64) -> tempfile::TempDir {
     let n = |k: &str| c[k].as_u64().unwrap() as usize;
     let (h, d) = (n("hidden_size"), n("head_dim"));
     let (q, kv) = (n("num_attention_heads") * d, n("num_key_value_heads") * d);
+    // Qwen3-Next's norms scale by one plus their stored weight.
+    let one = if arch == "qwen3_next" { 0.0 } else { 1.0 };
     let mut shapes: Vec<(String, Vec<usize>, f32, f32)> = vec![
         ("model.embed_tokens.weight".into(), vec![VOCAB, h], 0.0, 1.0),
-        ("model.norm.weight".into(), vec![h], 1.0, 0.1),
+        ("model.norm.weight".into(), vec![h], one, 0.1),
         ("lm_head.weight".into(), vec![VOCAB, h], 0.0, 0.2),
     ];
     for l in 0..n("num_hidden_layers") {
         let p = format!("model.layers.{l}");
-        for (name, shape) in [
-            ("self_attn.q_proj.weight", vec![q, h]),
-            ("self_attn.k_proj.weight", vec![kv, h]),
-            ("self_attn.v_proj.weight", vec![kv, h]),
-            ("self_attn.o_proj.weight", vec![h, q]),
-        ] {
-            shapes.push((format!("{p}.{name}"), shape, 0.0, 0.08));
+        if arch == "qwen3_next" {
+            shapes.extend(next_mixer_shapes(&c, l, &p));
+        } else {
+            for (name, shape) in [
+                ("self_attn.q_proj.weight", vec![q, h]),
+                ("self_attn.k_proj.weight", vec![kv, h]),
+                ("self_attn.v_proj.weight", vec![kv, h]),
+                ("self_attn.o_proj.weight", vec![h, q]),
+            ] {
+                shapes.push((format!("{p}.{name}"), shape, 0.0, 0.08));
+            }
         }
         shapes.extend(mlp_shapes(&c, arch, l, &p));
-        shapes.push((format!("{p}.input_layernorm.weight"), vec![h], 1.0, 0.1));
-        shapes.push((format!("{p}.post_attention_layernorm.weight"), vec![h], 1.0, 0.1));
+        shapes.push((format!("{p}.input_layernorm.weight"), vec![h], one, 0.1));
+        shapes.push((format!("{p}.post_attention_layernorm.weight"), vec![h], one, 0.1));
         if arch == "qwen2" {
             for (name, len) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
                 shapes.push((format!("{p}.self_attn.{name}.bias"), vec![len], 0.0, 0.1));
@@ -119,7 +146,7 @@ fn mlp_shapes(c: &Value, arch: &str, l: usize, p: &str) -> Vec<(String, Vec<usiz
     let h = n("hidden_size");
     let dense = c["mlp_only_layers"].as_array().is_some_and(|d| d.iter().any(|v| v.as_u64() == Some(l as u64)));
     let (names, experts, f) = match arch {
-        "qwen3_moe" if !dense => {
+        "qwen3_moe" | "qwen3_next" if !dense => {
             (["mlp.gate", "mlp.experts.", "gate_proj", "up_proj", "down_proj"], 16, n("moe_intermediate_size"))
         }
         "mixtral" => {
@@ -138,7 +165,49 @@ fn mlp_shapes(c: &Value, arch: &str, l: usize, p: &str) -> Vec<(String, Vec<usiz
             out.push((format!("{p}.{prefix}{e}.{m}.weight"), shape, 0.0, 0.08));
         }
     }
+    if let Some(s) = c["shared_expert_intermediate_size"].as_u64().map(|s| s as usize) {
+        for (m, shape) in [(gate, vec![s, h]), (up, vec![s, h]), (down, vec![h, s])] {
+            out.push((format!("{p}.mlp.shared_expert.{m}.weight"), shape, 0.0, 0.08));
+        }
+        out.push((format!("{p}.mlp.shared_expert_gate.weight"), vec![1, h], 0.0, 0.1));
+    }
     out
+}
+
+/// Qwen3-Next layer `l`'s mixer: Gated DeltaNet, or attention whose query projection also gives each head's gate.
+fn next_mixer_shapes(c: &Value, l: usize, p: &str) -> Vec<(String, Vec<usize>, f32, f32)> {
+    let n = |k: &str| c[k].as_u64().unwrap() as usize;
+    let (h, d) = (n("hidden_size"), n("head_dim"));
+    if c["layer_types"][l] == "full_attention" {
+        let (q, kv) = (n("num_attention_heads") * d, n("num_key_value_heads") * d);
+        let mut out: Vec<(String, Vec<usize>, f32, f32)> = [
+            ("q_proj.weight", vec![2 * q, h]),
+            ("k_proj.weight", vec![kv, h]),
+            ("v_proj.weight", vec![kv, h]),
+            ("o_proj.weight", vec![h, q]),
+        ]
+        .into_iter()
+        .map(|(m, shape)| (format!("{p}.self_attn.{m}"), shape, 0.0, 0.08))
+        .collect();
+        out.push((format!("{p}.self_attn.q_norm.weight"), vec![d], 0.0, 0.1));
+        out.push((format!("{p}.self_attn.k_norm.weight"), vec![d], 0.0, 0.1));
+        return out;
+    }
+    let (nk, nv, dk, dv) =
+        (n("linear_num_key_heads"), n("linear_num_value_heads"), n("linear_key_head_dim"), n("linear_value_head_dim"));
+    let conv = 2 * nk * dk + nv * dv;
+    [
+        ("in_proj_qkvz.weight", vec![conv + nv * dv, h], 0.0, 0.08),
+        ("in_proj_ba.weight", vec![2 * nv, h], 0.0, 0.08),
+        ("conv1d.weight", vec![conv, 1, n("linear_conv_kernel_dim")], 0.0, 0.3),
+        ("A_log", vec![nv], 0.0, 0.5),
+        ("dt_bias", vec![nv], 0.0, 0.5),
+        ("norm.weight", vec![dv], 1.0, 0.1),
+        ("out_proj.weight", vec![h, nv * dv], 0.0, 0.08),
+    ]
+    .into_iter()
+    .map(|(m, shape, mean, std)| (format!("{p}.linear_attn.{m}"), shape, mean, std))
+    .collect()
 }
 
 /// A standard normal draw (Box-Muller).

@@ -168,7 +168,7 @@ pub(crate) fn rope_inv_freq(c: &ModelConfig, factors: Option<&[f32]>) -> Vec<f32
 
 /// Rows of an interleaved q/k/v/z projection (each key head's group end to end) in grouped order: every q, every k,
 /// every v (together the convolution's channels), then every z.
-fn grouped_rows(hc: &HybridConfig) -> (Vec<usize>, Vec<usize>) {
+pub(super) fn grouped_rows(hc: &HybridConfig) -> (Vec<usize>, Vec<usize>) {
     let (nk, dk, group_v) = (hc.num_k_heads, hc.k_head_dim, hc.num_v_heads / hc.num_k_heads * hc.v_head_dim);
     let group = 2 * dk + 2 * group_v;
     let part = |offset: usize, len: usize| (0..nk).flat_map(move |g| g * group + offset..g * group + offset + len);

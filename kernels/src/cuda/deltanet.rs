@@ -16,6 +16,7 @@ pub(super) struct DeltaNetKernels {
     /// `deltanet_heads_k{DK}` for each of `DELTANET_KEY_DIMS`.
     heads: [CudaFunction; 4],
     gated_norm: CudaFunction,
+    output_gate: CudaFunction,
 }
 
 impl DeltaNetKernels {
@@ -30,6 +31,7 @@ impl DeltaNetKernels {
                 load("deltanet_heads_k128")?,
             ],
             gated_norm: load("deltanet_gated_norm")?,
+            output_gate: load("attention_output_gate")?,
         })
     }
 }
@@ -138,6 +140,12 @@ impl Gpu {
         let int = |v: usize| Arg::Int(v as i32);
         let args = [Arg::Ptr(core), Arg::Ptr(z), Arg::Ptr(w), Arg::Ptr(out), int(nv), int(dv), Arg::Float(eps)];
         self.launch(&self.f.deltanet.gated_norm, (rows, nv, 1), 32, 0, &args)
+    }
+
+    /// attn (rows x width, bf16) *= sigmoid(gate) element by element, `gate` f32: gated attention's output.
+    pub fn attention_output_gate(&self, attn: DevPtr, gate: DevPtr, rows: usize, width: usize) -> Result<(), GpuError> {
+        let args = [Arg::Ptr(attn), Arg::Ptr(gate), Arg::Int(width as i32)];
+        self.launch(&self.f.deltanet.output_gate, (rows, 1, 1), 256, 0, &args)
     }
 }
 

@@ -534,6 +534,7 @@ mod tests {
                 assert!(ptx.contains(".entry snac_conv_gemm"), "PTX lacks the codec kernels");
                 assert!(ptx.contains(".entry moe_gate_up_m16"), "PTX lacks the expert kernels");
                 assert!(ptx.contains(".entry deltanet_heads_k128"), "PTX lacks the linear-attention kernels");
+                assert!(ptx.contains(".entry attention_output_gate"), "PTX lacks the attention output gate");
             }
             Err(GpuError::NoNvrtc) => eprintln!("skipped: no NVRTC library on this machine"),
             Err(e) => panic!("{e}"),

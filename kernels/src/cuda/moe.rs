@@ -138,6 +138,21 @@ pub fn moe_unfit(s: &MoeShape) -> Option<String> {
 }
 
 impl Gpu {
+    /// out (rows, f32) = each row of `normed` (bf16) dotted with `gate` (h floats), a warp's sum in a fixed lane
+    /// order: a shared expert's gate logit. It clears `s`'s first count, which `moe` clears again.
+    pub fn moe_shared_gate(
+        &self,
+        s: &MoeScratch,
+        normed: DevPtr,
+        gate: DevPtr,
+        (rows, h): (usize, usize),
+        out: DevPtr,
+    ) -> Result<(), GpuError> {
+        let args =
+            [Arg::Ptr(normed), Arg::Ptr(gate), Arg::Int(h as i32), Arg::Int(1), Arg::Ptr(out), Arg::Ptr(s.counts)];
+        self.launch(&self.f.moe.logits, (rows, 1, 1), 256, 0, &args)
+    }
+
     /// delta (rows x h, f32) = each row's chosen experts' gated MLPs of `normed` (rows x h, bf16), weighted and
     /// added in rank order; where `shared` is (its output, its gate logits), + sigmoid(gate) x output.
     pub fn moe(

@@ -26,22 +26,17 @@ pub(super) fn moe_shape(c: &ModelConfig) -> Option<MoeShape> {
 
 /// Why the CUDA engine cannot run `c`'s experts, if it cannot.
 pub(super) fn unfit(c: &ModelConfig) -> Option<String> {
-    if c.hybrid.is_some() {
-        return Some("linear-attention layers (Qwen3-Next) run on the CPU only for now".into());
-    }
-    moe_shape(c).and_then(|s| moe_unfit(&s))
+    moe_shape(c).and_then(|s| moe_unfit(&s)).or_else(|| super::hybrid::unfit(c))
 }
 
-/// Uploads one layer's router (f32) and experts (bf16, gate and up interleaved as the grouped kernel reads them).
+/// Uploads one layer's router (f32) and routed experts (bf16, gate and up interleaved as the grouped kernel reads
+/// them); `layer.rs` uploads a shared expert.
 pub(super) fn upload(
     up: &mut Uploader,
     ckpt: &dyn Checkpoint,
     ld: &Loader,
     t: &ExpertTensors,
 ) -> Result<MoeWeights, LoadError> {
-    if t.shared.is_some() {
-        return Err(LoadError::Device("a shared expert runs on the CPU only for now".into()));
-    }
     let r = &t.router;
     let router = up.vector(&ld.matrix(&r.name, r.rows, r.cols)?.to_f32())?;
     let (ne, f) = (t.experts.len(), t.experts.first().map_or(0, |e| e.gate.rows));

@@ -7,7 +7,7 @@ use crate::boundary::{Engine, EngineError, KvLayout, KvPool, LaneRows, LaneStep,
 use crate::memory::{Alloc, Held, MemoryKind};
 use tensorfold_kernels::cuda::{
     attention_group_rows, family_workspace, DevPtr, GemmScratch, Gpu, GpuError, Graph, KernelOptions, MoeScratch,
-    MoeWeights, ATTENTION_SPLIT, GEMM_COUNTERS, HEAD_DIMS, MAX_GROUP,
+    ATTENTION_SPLIT, GEMM_COUNTERS, HEAD_DIMS, MAX_GROUP,
 };
 
 use crate::checkpoint::Checkpoint;
@@ -18,11 +18,15 @@ use crate::llama::{rope_inv_freq, Loader};
 use crate::tp::stream::DeviceCollective;
 
 mod experts;
+mod hybrid;
+mod layer;
 mod logits;
 mod pack;
 mod queue;
 mod upload;
 
+use hybrid::HybridScratch;
+use layer::GpuLayer;
 use logits::{bring_back, KeepBuffers, RoundRows};
 use pack::read;
 use upload::Uploader;
@@ -39,21 +43,6 @@ pub struct Sizing {
     pub max_lanes: usize,
     /// Most positions of one lane.
     pub context: usize,
-}
-
-struct GpuLayer {
-    input_norm: DevPtr,
-    qkv: DevPtr,
-    qkv_bias: DevPtr,
-    q_norm: DevPtr,
-    k_norm: DevPtr,
-    o: DevPtr,
-    o_bias: DevPtr,
-    post_norm: DevPtr,
-    gate_up: DevPtr,
-    down: DevPtr,
-    /// The layer's experts, where its MLP is a mixture of them (gate_up and down are then 0).
-    moe: Option<MoeWeights>,
 }
 
 /// One round's device buffers.
@@ -83,6 +72,8 @@ struct Scratch {
     gemm: GemmScratch,
     /// Routing buffers, where the model has experts.
     moe: MoeScratch,
+    /// A hybrid's buffers (linear layers, attention gates, shared experts).
+    hybrid: HybridScratch,
 }
 
 /// Byte offsets of the per-round tables inside the meta buffer and its pinned host copy.
@@ -95,6 +86,8 @@ struct MetaLayout {
     rows: usize,
     /// Attention row groups: first row and count, two u32 each.
     groups: usize,
+    /// Per lane: its first row, start position, row count and page-table offset, four u32 each.
+    lanes: usize,
     pages: usize,
     end: usize,
 }
@@ -109,9 +102,10 @@ impl MetaLayout {
         let table_off = kv_off + align(8 * t);
         let rows = table_off + align(4 * t);
         let groups = rows + align(4 * t);
-        let pages = groups + align(8 * t);
+        let lanes = groups + align(8 * t);
+        let pages = lanes + align(16 * s.max_lanes);
         let end = pages + align(4 * s.max_lanes * s.context);
-        MetaLayout { tokens, pos, kv_off, table_off, rows, groups, pages, end }
+        MetaLayout { tokens, pos, kv_off, table_off, rows, groups, lanes, pages, end }
     }
 }
 
@@ -146,8 +140,8 @@ pub struct CudaOptions {
     pub fold_norms: bool,
     /// Rounds of greedy picks only find them on the GPU and bring back the ids alone.
     pub gpu_argmax: bool,
-    /// Mixture-of-experts layers run on the grouped kernels (moe.cu); off until their GPU tests have passed on a GPU,
-    /// and such models are refused.
+    /// Mixture-of-experts layers run on the grouped kernels (moe.cu), and hybrids (Qwen3-Next) on theirs; off until
+    /// their GPU tests have passed on a GPU, and such models are refused.
     pub experts: bool,
 }
 
@@ -198,11 +192,6 @@ fn gpu_err(e: GpuError) -> LoadError {
     LoadError::Device(e.to_string())
 }
 
-/// An optional vector on the GPU, or address 0 where there is none.
-fn some_vector(up: &mut Uploader, v: Option<Vec<f32>>) -> Result<DevPtr, LoadError> {
-    v.map_or(Ok(0), |v| up.vector(&v))
-}
-
 impl CudaLlama {
     /// Loads the checkpoint onto `gpu`, every buffer through `alloc`; `progress(done, total)` follows the layers.
     pub fn load(
@@ -236,9 +225,10 @@ impl CudaLlama {
         if let Some(why) = experts::unfit(&c) {
             return Err(fault(why));
         }
-        if c.moe.is_some() && !options.experts {
+        if (c.moe.is_some() || c.hybrid.is_some()) && !options.experts {
             return Err(fault(
-                "mixture-of-experts layers on CUDA have not run on a GPU yet: TF_CUDA_EXPERTS=1 tries them".into(),
+                "mixture-of-experts and hybrid layers on CUDA have not run on a GPU yet: TF_CUDA_EXPERTS=1 tries them"
+                    .into(),
             ));
         }
         let ld = Loader { ckpt };
@@ -253,26 +243,14 @@ impl CudaLlama {
         let embed = up.matrices(&[matrix(names::EMBED, c.vocab_size, h)?])?;
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
-            let t = ld.layer_tensors(i, &c)?;
-            let (q_norm, k_norm) = t.qk_norm.map_or((None, None), |(q, k)| (Some(q), Some(k)));
-            let qkv = up.matrices(&[spec(&t.q)?, spec(&t.k)?, spec(&t.v)?])?;
-            let qkv_bias = some_vector(&mut up, t.qkv_bias)?;
-            let (q_norm, k_norm) = (some_vector(&mut up, q_norm)?, some_vector(&mut up, k_norm)?);
-            let o = up.matrices(&[spec(&t.o)?])?;
-            let o_bias = some_vector(&mut up, t.o_bias)?;
-            let moe = t.experts.as_ref().map(|e| experts::upload(&mut up, ckpt, &ld, e)).transpose()?;
-            let (gate_up, down) = match moe {
-                Some(_) => (0, 0),
-                None => (up.gate_up(spec(&t.gate)?, spec(&t.up)?)?, up.matrices(&[spec(&t.down)?])?),
-            };
-            let input_norm = up.vector(&t.input_norm)?;
-            let post_norm = up.vector(&t.post_norm)?;
-            let layer =
-                GpuLayer { input_norm, qkv, qkv_bias, q_norm, k_norm, o, o_bias, post_norm, gate_up, down, moe };
-            layers.push(layer);
+            layers.push(layer::upload(&mut up, ckpt, &ld, i, &c)?);
             progress(i + 1, c.num_layers);
         }
-        let norm = up.vector(&ld.vector(names::NORM, h)?)?;
+        let mut norm = ld.vector(names::NORM, h)?;
+        if c.adds_one_to_norms() {
+            norm.iter_mut().for_each(|w| *w += 1.0);
+        }
+        let norm = up.vector(&norm)?;
         let lm_head = match ld.lm_head(&c) {
             None => embed,
             Some(head) => up.matrices(&[spec(&head)?])?,
@@ -322,7 +300,8 @@ impl CudaLlama {
         let zeros = vec![0u32; SPLIT_ROWS.max(WIDE_SPLIT_ROWS) * c.num_kv_heads];
         let tickets = up.buffer(act, 4 * zeros.len())?;
         shared.upload(tickets, &zeros).map_err(gpu_err)?;
-        let shapes = [(width, h), (h, q_dim), (2 * f, h), (h, f), (c.vocab_size, h)];
+        let mut shapes = vec![(width, h), (h, q_dim), (2 * f, h), (h, f), (c.vocab_size, h)];
+        shapes.extend(hybrid::gemm_shapes(&c));
         let natural = shapes.iter().filter(|&&(n, k)| shared.natural(n, k));
         let ws_floats = natural.map(|&(n, k)| family_workspace(n, k)).max().unwrap_or(0);
         let gemm_bytes = match ws_floats {
@@ -342,6 +321,7 @@ impl CudaLlama {
             Some(shape) => experts::scratch(&mut up, &shared, t, &shape)?,
             None => (MoeScratch::default(), 0),
         };
+        let (hybrid, hybrid_bytes) = hybrid::scratch(&mut up, &c, t)?;
         let scratch = Scratch {
             x,
             x_spare,
@@ -361,6 +341,7 @@ impl CudaLlama {
             nsplit,
             gemm,
             moe,
+            hybrid,
         };
         let staging_bytes = meta.end + 4 * t * c.vocab_size;
         let staging =
@@ -370,7 +351,8 @@ impl CudaLlama {
             + 4 * zeros.len()
             + staging_bytes
             + gemm_bytes
-            + moe_bytes;
+            + moe_bytes
+            + hybrid_bytes;
         let net = Net { cfg: c, gpu, sizing, embed, layers, norm, lm_head, inv_freq, scratch, meta, collective: None };
         let graphs = HashMap::new();
         Ok(CudaLlama { net, staging, graphs, options, weight_bytes, activation_bytes, _held: up.held })
@@ -421,7 +403,7 @@ impl CudaLlama {
         let layout = pool.layout();
         let pt = layout.page_tokens;
         let kv_dim = layout.kv_dim();
-        let page_stride = (c.num_layers * pt * kv_dim) as u64;
+        let page_stride = layout.page_elems() as u64;
         let t: usize = lanes.iter().map(|l| l.tokens.len()).sum();
         if t == 0 || t > net.sizing.max_tokens || lanes.len() > net.sizing.max_lanes {
             return Err(EngineError::Sizing(format!(
@@ -437,7 +419,7 @@ impl CudaLlama {
         // Attention takes each lane's rows in groups of consecutive positions; in split rounds, one row each.
         let per_group = if t <= SPLIT_ROWS { 1 } else { attention_group_rows(c.num_heads / c.num_kv_heads) };
         let mut num_groups = 0usize;
-        for lane in lanes {
+        for (lane_index, lane) in lanes.iter().enumerate() {
             for first in (row..row + lane.tokens.len()).step_by(per_group) {
                 let count = per_group.min(row + lane.tokens.len() - first);
                 put(bytes, m.groups + 8 * num_groups, &(first as u32).to_le_bytes());
@@ -446,6 +428,10 @@ impl CudaLlama {
             }
             if num_pages + lane.pages.len() > net.sizing.max_lanes * net.sizing.context {
                 return Err(sizing_err("the round's page tables exceed the sizing"));
+            }
+            let entry = [row, lane.start_pos, lane.tokens.len(), num_pages].map(|v| v as u32);
+            for (i, v) in entry.iter().enumerate() {
+                put(bytes, m.lanes + 16 * lane_index + 4 * i, &v.to_le_bytes());
             }
             for (i, &p) in lane.pages.iter().enumerate() {
                 put(bytes, m.pages + 4 * (num_pages + i), &p.to_le_bytes());
@@ -472,7 +458,12 @@ impl CudaLlama {
         // SAFETY: the staging bytes are pinned, and stay borrowed and unchanged until the sync below.
         unsafe { g.upload_async(s.meta, &bytes[..m.pages + 4 * num_pages]).map_err(e)? };
         let n = logit_rows.len();
-        let cache = Caches { k: kcache, v: vcache, page_tokens: pt, page_stride };
+        let states = pool.device_states().unwrap_or(0);
+        if c.hybrid.is_some() && states == 0 {
+            return Err(sizing_err("the KV pool has no recurrent state on the GPU"));
+        }
+        let (page_tokens, state_elems) = (pt, layout.state_elems);
+        let cache = Caches { k: kcache, v: vcache, page_tokens, page_stride, states, state_elems, lanes: lanes.len() };
         // A decode round's launches depend only on its row count and the pool's addresses and page size: a graph replays them.
         let decode = lanes.iter().all(|l| l.tokens.len() == 1);
         // RoPE inside attention rotates whole heads only.
@@ -497,12 +488,16 @@ impl CudaLlama {
     }
 }
 
-/// The KV pool's device buffers and page geometry.
+/// The KV pool's device buffers and page geometry, and the round's lane count.
 struct Caches {
     k: DevPtr,
     v: DevPtr,
     page_tokens: usize,
     page_stride: u64,
+    /// The recurrent state plane (f32, `state_elems` floats a page), 0 for a model without linear layers.
+    states: DevPtr,
+    state_elems: usize,
+    lanes: usize,
 }
 
 fn put(bytes: &mut [u8], at: usize, value: &[u8]) {

@@ -1,6 +1,6 @@
 //! The kernels of one round, queued on the GPU's stream: the steps of `forward` as launches.
 
-use tensorfold_kernels::cuda::{AttentionArgs, DevPtr, GpuError, NormIn, QkvArgs};
+use tensorfold_kernels::cuda::{AttentionArgs, DeltaNetLayer, DeltaNetRound, DevPtr, GpuError, NormIn, QkvArgs};
 
 use super::{Caches, Net, SPLIT_BLOCKS, SPLIT_ROWS, WIDE_SPLIT_ROWS};
 use crate::llama::forward::{forward, LayerNorm, LlamaSteps};
@@ -99,8 +99,9 @@ impl GpuPass<'_> {
         }
     }
 
+    /// Layer `li`'s keys within a page: attention layers only are in the pool.
     fn layer_off(&self, li: usize) -> u64 {
-        (li * self.cache.page_tokens * self.m.cfg.num_kv_heads * self.m.cfg.head_dim) as u64
+        (self.m.cfg.pool_layer(li) * self.cache.page_tokens * self.m.cfg.num_kv_heads * self.m.cfg.head_dim) as u64
     }
 }
 
@@ -120,9 +121,10 @@ impl LlamaSteps for GpuPass<'_> {
             LayerNorm::Input => l.input_norm,
             LayerNorm::PostAttention => l.post_norm,
         };
-        // The experts' kernels read the normed rows, so their norm never folds.
+        // The experts' kernels read the normed rows, as do a hybrid's several projections: those norms never fold.
         let experts = which == LayerNorm::PostAttention && l.moe.is_some();
-        if self.fold && !experts {
+        let hybrid = which == LayerNorm::Input && c.hybrid.is_some();
+        if self.fold && !experts && !hybrid {
             // The GEMM that reads the norm applies it, with the pending sum.
             self.norm_w = w;
             return Ok(());
@@ -137,7 +139,12 @@ impl LlamaSteps for GpuPass<'_> {
     fn qkv(&mut self, li: usize) -> Result<(), GpuError> {
         let (g, s, c, l) = (&*self.m.gpu, &self.m.scratch, &self.m.cfg, &self.m.layers[li]);
         let (h, width) = (c.hidden_size, (c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
-        if !self.fold {
+        if l.gate != 0 {
+            // Gated attention: its gates from the same normed rows (a hybrid's input norm never folds).
+            let gates = (self.t, c.num_heads * c.head_dim, h);
+            g.gemm(s.normed, l.gate, 0, s.hybrid.attn_gate, gates, &s.gemm)?;
+        }
+        if !self.fold || l.gate != 0 {
             return g.gemm(s.normed, l.qkv, l.qkv_bias, s.qkv, (self.t, width, h), &s.gemm);
         }
         let norm = self.res.norm(std::mem::take(&mut self.pending), self.norm_w, c.rms_eps);
@@ -182,7 +189,11 @@ impl LlamaSteps for GpuPass<'_> {
             ticket_rows: WIDE_SPLIT_ROWS,
         };
         let rope = self.fuse_rope.then(|| self.rope(li));
-        self.m.gpu.paged_attention(&attention, rope.as_ref())
+        self.m.gpu.paged_attention(&attention, rope.as_ref())?;
+        match self.m.layers[li].gate {
+            0 => Ok(()),
+            _ => self.m.gpu.attention_output_gate(s.attn, s.hybrid.attn_gate, t, c.num_heads * d),
+        }
     }
 
     fn o_proj(&mut self, li: usize) -> Result<(), GpuError> {
@@ -215,14 +226,55 @@ impl LlamaSteps for GpuPass<'_> {
     }
 
     fn mlp(&mut self, li: usize) -> Result<(), GpuError> {
-        let (s, c) = (&self.m.scratch, &self.m.cfg);
-        match &self.m.layers[li].moe {
-            Some(w) => self.m.gpu.moe(w, &s.moe, s.normed, (self.t, c.hidden_size), s.proj, None),
-            None => {
-                self.gate_up(li)?;
-                self.down(li)
+        let (g, s, c, l) = (&*self.m.gpu, &self.m.scratch, &self.m.cfg, &self.m.layers[li]);
+        let Some(w) = &l.moe else {
+            self.gate_up(li)?;
+            return self.down(li);
+        };
+        let (t, h, hs) = (self.t, c.hidden_size, &s.hybrid);
+        let shared = match &l.shared {
+            None => None,
+            Some(sh) => {
+                // The shared expert, the dense MLP's kernels at its width, and its gate's logit.
+                g.gemm(s.normed, sh.gate_up, 0, hs.shared_gate_up, (t, 2 * sh.f, h), &s.gemm)?;
+                g.swiglu(hs.shared_gate_up, hs.shared_act, t, sh.f)?;
+                g.gemm(hs.shared_act, sh.down, 0, hs.shared_y, (t, h, sh.f), &s.gemm)?;
+                g.moe_shared_gate(&s.moe, s.normed, sh.gate, (t, h), hs.shared_gate)?;
+                Some((hs.shared_y, hs.shared_gate))
             }
-        }
+        };
+        g.moe(w, &s.moe, s.normed, (t, h), s.proj, shared)
+    }
+
+    fn is_linear(&self, li: usize) -> bool {
+        self.m.layers[li].linear.is_some()
+    }
+
+    fn linear(&mut self, li: usize) -> Result<(), GpuError> {
+        let (g, s, c, l) = (&*self.m.gpu, &self.m.scratch, &self.m.cfg, &self.m.layers[li]);
+        let (Some(w), Some(hc)) = (&l.linear, &c.hybrid) else { unreachable!("layer {li} is linear") };
+        let (t, h, hs) = (self.t, c.hidden_size, &s.hybrid);
+        let (nv, dv) = (hc.num_v_heads, hc.v_head_dim);
+        g.gemm(s.normed, w.qkv, 0, hs.conv_in, (t, hc.conv_dim(), h), &s.gemm)?;
+        g.gemm(s.normed, w.z, 0, hs.z, (t, nv * dv, h), &s.gemm)?;
+        g.gemm(s.normed, w.ba, 0, hs.ba, (t, 2 * nv, h), &s.gemm)?;
+        let layer = DeltaNetLayer {
+            states: self.cache.states,
+            state_elems: self.cache.state_elems,
+            ..super::hybrid::delta_layer(hc, li, self.cache.page_tokens)
+        };
+        let round = DeltaNetRound {
+            rows: t,
+            lanes: self.cache.lanes,
+            pos: self.at(self.m.meta.pos),
+            table_off: self.at(self.m.meta.table_off),
+            page_table: self.at(self.m.meta.pages),
+            lane_table: self.at(self.m.meta.lanes),
+        };
+        g.deltanet_rows(&layer, &round, (hs.conv_in, hs.ba), (w.neg_a, w.dt_bias))?;
+        g.deltanet_heads(&layer, &round, w.conv, hs.core)?;
+        g.deltanet_gated_norm(hs.core, hs.z, w.norm, hs.out, (t, nv, dv), c.rms_eps)?;
+        g.gemm(hs.out, w.out, 0, s.proj, (t, h, nv * dv), &s.gemm)
     }
 
     fn reduce(&mut self) -> Result<(), GpuError> {

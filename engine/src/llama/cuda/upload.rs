@@ -72,7 +72,7 @@ impl<'a, 'b> Uploader<'a, 'b> {
     }
 
     /// Lays `n` rows out for the GEMM on the host (row `r` from `source(r)`) and uploads them.
-    fn packed(
+    pub(super) fn packed(
         &mut self,
         parts: &[Rows],
         n: usize,
