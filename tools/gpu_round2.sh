@@ -21,7 +21,7 @@ tests() {
 wg=0
 awk '/TF_CUDA_WG_PROMPT=1/{f=1} f && /test result: ok/{ok=1} END{exit !ok}' .device/run1-tests.txt 2>/dev/null && wg=1
 echo "wgmma prompt kernel passed in the first command: $wg" | tee "$OUT/wg.txt"
-tests TF_CUDA_WIDE_DECODE=1 cuda-moe-tests deltanet-tests cuda-runtime-tests gemm-tests cuda-speech-tests
+tests TF_CUDA_WIDE_DECODE=1 cuda-moe-tests cuda-hybrid-tests deltanet-tests cuda-runtime-tests gemm-tests cuda-speech-tests
 [[ -f "$CKPT/config.json" ]] || timeout 200 python3 tools/make_checkpoint.py --shape llama-3.1-8b --out "$CKPT" --init-device cuda > "$OUT/checkpoint.log" 2>&1
 prompt() {
     echo "== engine prompt $1 $2 at $(elapsed) s" | tee -a "$OUT/prompt.txt"
