@@ -75,15 +75,27 @@ fn test_a_hybrid_prompt_resumed_at_each_page_boundary_equals_it_fresh() {
 }
 
 #[test]
-fn test_the_seeded_hybrid_checkpoint_runs_on_the_cpu() {
-    // The GPU tests above compare against this path, so the checkpoint must load and give finite logits here.
-    let dir = checkpoint(ARCH, 140);
-    let ckpt = tensorfold_engine::checkpoint::hf::HfCheckpoint::open(dir.path()).unwrap();
-    let model = tensorfold_engine::llama::Llama::load(&ckpt).unwrap();
-    let hybrid = model.config().hybrid.as_ref().expect("a hybrid config");
-    assert_eq!(hybrid.num_linear(), 3);
-    let mut seq = Sequence::new(&model, 64);
-    let logits = seq.extend(&tokens(&mut Rng(141), 40), 16, Logits::Last).unwrap();
-    assert_eq!(logits.len(), VOCAB);
-    assert!(logits.iter().all(|v| v.is_finite()) && logits.iter().any(|&v| v != 0.0));
+fn test_the_seeded_hybrid_checkpoints_run_on_the_cpu() {
+    // The GPU tests above compare against this path, so the checkpoints must load and give finite logits here.
+    for arch in [ARCH, "qwen3_next_h256"] {
+        let dir = checkpoint(arch, 140);
+        let ckpt = tensorfold_engine::checkpoint::hf::HfCheckpoint::open(dir.path()).unwrap();
+        let model = tensorfold_engine::llama::Llama::load(&ckpt).unwrap();
+        let hybrid = model.config().hybrid.as_ref().expect("a hybrid config");
+        assert_eq!(hybrid.num_linear(), 3);
+        let mut seq = Sequence::new(&model, 64);
+        let logits = seq.extend(&tokens(&mut Rng(141), 40), 16, Logits::Last).unwrap();
+        assert_eq!(logits.len(), VOCAB);
+        assert!(logits.iter().all(|v| v.is_finite()) && logits.iter().any(|&v| v != 0.0), "{arch}");
+    }
+}
+
+#[test]
+fn test_heads_of_256_agree_with_the_cpu_and_keep_a_row_its_bits_among_others() {
+    // The 80B shape's attention heads: the prompt and decode kernels built for them.
+    let Some(dev) = gpu() else { return };
+    agrees_with_the_cpu(&dev, "qwen3_next_h256", 180);
+    let dir = checkpoint("qwen3_next_h256", 181);
+    let mut model = load(&dev, dir.path(), Sizing { max_tokens: 512, max_lanes: 256, context: 256 });
+    row_alone_equals_row_in_batches(&dev, &mut model, 70, &[2, 33, 256], 182);
 }

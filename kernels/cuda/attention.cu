@@ -9,13 +9,14 @@
 // and whether one block folds the splits as it goes or the last of several parallel blocks folds them after, the
 // arithmetic is the same.
 
-#define MAX_HEAD_DIM 128
+#define MAX_HEAD_DIM 256
 #define MAX_GROUP 8
 #define ATT_SPLIT 64
 #define ATT_WARPS 4
 // Norms (with `norm`) and rotates one head that one warp holds in shared memory, into out[j] for lane + 32 j;
 // a v head (`rotate` false) passes through, and so do a rotated head's dimensions from `rot` on (partial rotary).
-// Every step is rounded explicitly, so both kernels that call it compute the same bits.
+// Every step is rounded explicitly, so both kernels that call it compute the same bits. D bounds the head size.
+template <int D>
 __device__ __forceinline__ void rope_head(float* head, const float* norm, float eps, u32 p, const float* inv_freq,
                                           int d, int rot, int interleaved, bool rotate, float* out) {
     const int lane = threadIdx.x & 31, half = rot / 2;
@@ -28,7 +29,7 @@ __device__ __forceinline__ void rope_head(float* head, const float* norm, float 
         __syncwarp();
     }
 #pragma unroll
-    for (int j = 0; j < MAX_HEAD_DIM / 32; ++j) {
+    for (int j = 0; j < D / 32; ++j) {
         const int i = lane + 32 * j;
         if (i >= d) continue;
         if (!rotate || i >= rot) {
@@ -61,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(32 * ROPE_HEADS) qkv_rope_store(
     for (int i = lane; i < d; i += 32) head[i] = x[i];
     __syncwarp();
     float out[MAX_HEAD_DIM / 32];
-    rope_head(head, is_q ? q_norm : k_norm, eps, pos[row], inv_freq, d, rot, interleaved, !is_v, out);
+    rope_head<MAX_HEAD_DIM>(head, is_q ? q_norm : k_norm, eps, pos[row], inv_freq, d, rot, interleaved, !is_v, out);
     const int kvh = is_v ? hd - nh - nkv : hd - nh;
     bf16* dst = is_q ? nullptr : (is_v ? vcache : kcache) + kv_off[row] + layer_off + (u64)kvh * d;
 #pragma unroll
@@ -204,7 +205,7 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
     wait_prior();
     extern __shared__ uint4 smem_raw[];
     bf16* stage = reinterpret_cast<bf16*>(smem_raw);
-    __shared__ float qrot[MAX_GROUP][MAX_HEAD_DIM];
+    __shared__ float qrot[MAX_GROUP][D];
     // Scores that warps sharing rows swap: row, then key pair; 36 pairs a row keeps a half warp's accesses apart.
     __shared__ float2 swap[16][36];
     const int kvh = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -221,17 +222,16 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
     if (fuse_rope) {
         // A decode round (one row per group): the block rotates the q heads itself, and the block that runs the
         // row's last split writes the new key and value, as qkv_rope_store would, before it stages them.
-        __shared__ float fresh[2][MAX_HEAD_DIM];
-        float o[MAX_HEAD_DIM / 32];
+        __shared__ float fresh[2][D];
+        float o[D / 32];
         for (int hh = warp; hh < group; hh += nwarps) {
             const float* src = qkv + (u64)row0 * width + (u64)(kvh * group + hh) * D;
             for (int i = lane; i < D; i += 32) qrot[hh][i] = src[i];
             __syncwarp();
-            rope_head(qrot[hh], q_norm, eps, last_p, inv_freq, D, D, interleaved, true, o);
+            rope_head<D>(qrot[hh], q_norm, eps, last_p, inv_freq, D, D, interleaved, true, o);
             __syncwarp();
 #pragma unroll
-            for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
-                if (lane + 32 * j < D) qrot[hh][lane + 32 * j] = o[j];
+            for (int j = 0; j < D / 32; ++j) qrot[hh][lane + 32 * j] = o[j];
         }
         if (!split || (nsp - 1) % gridDim.z == blockIdx.z) {
             for (int which = warp; which < 2; which += nwarps) {
@@ -239,11 +239,10 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
                 const float* src = qkv + (u64)row0 * width + (u64)(nh + which * nkv + kvh) * D;
                 for (int i = lane; i < D; i += 32) fresh[which][i] = src[i];
                 __syncwarp();
-                rope_head(fresh[which], k_norm, eps, last_p, inv_freq, D, D, interleaved, !is_v, o);
+                rope_head<D>(fresh[which], k_norm, eps, last_p, inv_freq, D, D, interleaved, !is_v, o);
                 bf16* dst = (is_v ? vcache : kcache) + kv_off[row0] + layer_off + (u64)kvh * D;
 #pragma unroll
-                for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
-                    if (lane + 32 * j < D) dst[lane + 32 * j] = f2bf(o[j]);
+                for (int j = 0; j < D / 32; ++j) dst[lane + 32 * j] = f2bf(o[j]);
             }
         }
         __syncthreads();
@@ -423,3 +422,4 @@ ATTENTION_KERNEL(32)
 ATTENTION_KERNEL(64)
 ATTENTION_KERNEL(96)
 ATTENTION_KERNEL(128)
+ATTENTION_KERNEL(256)

@@ -85,17 +85,16 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
     float* qrot = reinterpret_cast<float*>(ring);
     if (fuse_rope) {
         // The warp rotates its q heads, then writes the row's new key and value before any copy reads them.
-        float o[MAX_HEAD_DIM / 32];
+        float o[D / 32];
         for (int hh = 0; hh < group; ++hh) {
             float* head = qrot + hh * D;
             const float* src = qkv + (u64)row * width + (u64)(kvh * group + hh) * D;
             for (int i = lane; i < D; i += 32) head[i] = src[i];
             __syncwarp();
-            rope_head(head, q_norm, eps, last_p, inv_freq, D, D, interleaved, true, o);
+            rope_head<D>(head, q_norm, eps, last_p, inv_freq, D, D, interleaved, true, o);
             __syncwarp();
 #pragma unroll
-            for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
-                if (lane + 32 * j < D) head[lane + 32 * j] = o[j];
+            for (int j = 0; j < D / 32; ++j) head[lane + 32 * j] = o[j];
         }
         float* fresh = qrot + group * D;
         for (int which = 0; which < 2 && s_hi == nsp; ++which) {
@@ -104,11 +103,10 @@ __device__ void attention_decode(const float* __restrict__ qkv, const u32* __res
             __syncwarp();
             for (int i = lane; i < D; i += 32) fresh[i] = src[i];
             __syncwarp();
-            rope_head(fresh, k_norm, eps, last_p, inv_freq, D, D, interleaved, !is_v, o);
+            rope_head<D>(fresh, k_norm, eps, last_p, inv_freq, D, D, interleaved, !is_v, o);
             bf16* dst = (is_v ? vcache : kcache) + kv_off[row] + layer_off + (u64)kvh * D;
 #pragma unroll
-            for (int j = 0; j < MAX_HEAD_DIM / 32; ++j)
-                if (lane + 32 * j < D) dst[lane + 32 * j] = f2bf(o[j]);
+            for (int j = 0; j < D / 32; ++j) dst[lane + 32 * j] = f2bf(o[j]);
         }
         __syncwarp();
     }
@@ -351,9 +349,11 @@ DECODE_KERNEL(attention_decode_d32, 32, false)
 DECODE_KERNEL(attention_decode_d64, 64, false)
 DECODE_KERNEL(attention_decode_d96, 96, false)
 DECODE_KERNEL(attention_decode_d128, 128, false)
+DECODE_KERNEL(attention_decode_d256, 256, false)
 DECODE_KERNEL(attention_spread_d32, 32, true)
 DECODE_KERNEL(attention_spread_d64, 64, true)
 DECODE_KERNEL(attention_spread_d96, 96, true)
 DECODE_KERNEL(attention_spread_d128, 128, true)
+DECODE_KERNEL(attention_spread_d256, 256, true)
 
 #endif

@@ -28,10 +28,16 @@ pub fn gpu() -> Option<CudaDevice> {
     }
 }
 
+/// The config of `arch`: a model type, or `qwen3_next_h256`, Qwen3-Next with the 80B shape's head size of 256.
 pub fn config(arch: &str) -> Value {
+    let (model_type, head_dim) = match arch {
+        "qwen3_next_h256" => ("qwen3_next", 256),
+        _ => (arch, 64),
+    };
+    let arch = model_type;
     let mut c = json!({
         "model_type": arch, "vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 2048,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": head_dim,
         "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 8192,
         "tie_word_embeddings": false
     });
@@ -84,6 +90,7 @@ pub fn config(arch: &str) -> Value {
 /// experts.
 pub fn checkpoint(arch: &str, seed: u64) -> tempfile::TempDir {
     let c = config(arch);
+    let arch = c["model_type"].as_str().unwrap();
     let n = |k: &str| c[k].as_u64().unwrap() as usize;
     let (h, d) = (n("hidden_size"), n("head_dim"));
     let (q, kv) = (n("num_attention_heads") * d, n("num_key_value_heads") * d);

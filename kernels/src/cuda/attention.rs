@@ -6,7 +6,7 @@ use super::{Arg, DevPtr, Gpu, GpuError};
 pub const ATTENTION_SPLIT: usize = 64;
 
 /// Head sizes the attention kernels are built for (`attention_d{D}` in attention.cu).
-pub const HEAD_DIMS: [usize; 4] = [32, 64, 96, 128];
+pub const HEAD_DIMS: [usize; 5] = [32, 64, 96, 128, 256];
 
 /// Warps of an attention block (ATT_WARPS in attention.cu); each takes up to 16 / group positions of a row group.
 const ATTENTION_WARPS: usize = 4;

@@ -91,10 +91,10 @@ struct Functions {
     family: Option<family::Family>,
     qkv_rope_store: CudaFunction,
     /// `attention_d{D}` for each of `HEAD_DIMS`.
-    attention: [CudaFunction; 4],
+    attention: [CudaFunction; 5],
     /// `attention_decode_d{D}` for each of `HEAD_DIMS`, then `attention_spread_d{D}` (rows spread over warps),
     /// where `KernelOptions::wide_decode` asks for them.
-    attention_decode: Option<[CudaFunction; 8]>,
+    attention_decode: Option<[CudaFunction; 10]>,
     /// `attention_wg_d128`, prompt attention on wgmma, where `KernelOptions::wg_prompt` asks for it on sm_90a.
     attention_wg: Option<CudaFunction>,
     argmax_rows: CudaFunction,
@@ -239,6 +239,7 @@ impl Gpu {
                 load("attention_d64")?,
                 load("attention_d96")?,
                 load("attention_d128")?,
+                load("attention_d256")?,
             ],
             attention_decode: match options.wide_decode && major >= 9 {
                 true => Some([
@@ -246,10 +247,12 @@ impl Gpu {
                     load("attention_decode_d64")?,
                     load("attention_decode_d96")?,
                     load("attention_decode_d128")?,
+                    load("attention_decode_d256")?,
                     load("attention_spread_d32")?,
                     load("attention_spread_d64")?,
                     load("attention_spread_d96")?,
                     load("attention_spread_d128")?,
+                    load("attention_spread_d256")?,
                 ]),
                 false => None,
             },
@@ -535,6 +538,7 @@ mod tests {
                 assert!(ptx.contains(".entry moe_gate_up_m16"), "PTX lacks the expert kernels");
                 assert!(ptx.contains(".entry deltanet_heads_k128"), "PTX lacks the linear-attention kernels");
                 assert!(ptx.contains(".entry attention_output_gate"), "PTX lacks the attention output gate");
+                assert!(ptx.contains(".entry attention_spread_d256"), "PTX lacks attention for heads of 256");
             }
             Err(GpuError::NoNvrtc) => eprintln!("skipped: no NVRTC library on this machine"),
             Err(e) => panic!("{e}"),
