@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One device-tool command for the hybrid family on the GPU (issue 39): the hybrid CUDA tests, the Qwen3-Next-80B-A3B
+# shape cut to LAYERS layers in bf16 made here, the engine alone at 1 and 64 lanes after 512 tokens and a 2,048-token
+# prompt, beside transformers' Qwen3-Next with flash-linear-attention's kernels (tools/torch_next.py) in the same
+# command; results in $OUT.
+#
+# Usage (after `bash tools/device_build.sh` here, binaries gzipped in .device/, the peer's wheels in .whl/ (see
+# docs/hybrid.md), and both carried): bash tools/gpu_next.sh [SECONDS] [LAYERS]
+# LAYERS (default 12: 3 attention and 9 linear layers, about 40 GB) keeps the checkpoint within the machine's disk.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUDGET="${1:-560}"
+LAYERS="${2:-12}"
+OUT="${OUT:-./gpu-next-out}"
+export TF_CACHE_DIR="${TF_CACHE_DIR:-/tmp/tfc}"
+CKPT="${TMPDIR:-/tmp}/tensorfold-bench/qwen3-next-80b-a3b-$LAYERS"
+T0=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - T0 ))"; }
+left() { echo "$(( BUDGET - $(elapsed) ))"; }
+mkdir -p "$OUT"
+(cd .device && for f in *.gz; do [[ -f "$f" ]] && gunzip -f "$f"; done; chmod +x ./* 2>/dev/null)
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt"
+if compgen -G ".whl/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+        export PYTHONPATH=/tmp/site
+fi
+echo "== cuda-hybrid-tests at $(elapsed) s" | tee "$OUT/tests.txt"
+TF_CUDA_WIDE_DECODE=1 timeout 200 .device/cuda-hybrid-tests --test-threads 1 2>&1 |
+    grep -E "^test |test result|skipped|panicked|differs|agreed" | tee -a "$OUT/tests.txt"
+if [[ ! -f "$CKPT/config.json" ]]; then
+    echo "== checkpoint at $(elapsed) s"
+    timeout $(( $(left) < 300 ? $(left) : 300 )) python3 tools/make_checkpoint.py --shape qwen3-next-80b-a3b \
+        --layers "$LAYERS" --out "$CKPT" --init-device cuda > "$OUT/checkpoint.log" 2>&1 || tail -5 "$OUT/checkpoint.log"
+fi
+for lanes in 1 64; do
+    (( $(left) > 60 )) || break
+    echo "== engine, $lanes lanes after 512, at $(elapsed) s" | tee -a "$OUT/engine.txt"
+    TF_CUDA_EXPERTS=1 timeout 150 .device/tensorfold bench --device cuda --model "$CKPT" --prompt-tokens 2048 \
+        --decode-after 512 --decode-tokens 32 --lanes "$lanes" --repeats 1 2>&1 | grep -iE "tok/s|error|weights on" |
+        tail -3 | tee -a "$OUT/engine.txt"
+done
+if (( $(left) > 60 )); then
+    echo "== transformers peer at $(elapsed) s"
+    timeout $(( $(left) - 10 )) python3 tools/torch_next.py --layers "$LAYERS" --ctx 512 --prefill 2048 \
+        --batches 1,64 > "$OUT/peer.txt" 2> "$OUT/peer.err"
+    cat "$OUT/peer.txt"
+    grep -m3 "falling back" "$OUT/peer.err"
+fi
+echo "== done at $(elapsed) s"
