@@ -36,7 +36,7 @@ for lanes in 1 64; do
     (( $(left) > 60 )) || break
     echo "== engine, $lanes lanes after 512, at $(elapsed) s" | tee -a "$OUT/engine.txt"
     TF_CUDA_EXPERTS=1 timeout 150 .device/tensorfold bench --device cuda --model "$CKPT" --prompt-tokens 2048 \
-        --decode-after 512 --decode-tokens 32 --lanes "$lanes" --repeats 1 2>&1 | grep -iE "tok/s|error|weights on" |
+        --decode-after 512 --decode-tokens 32 --lanes "$lanes" --repeats 1 2>&1 | grep -iE "tok_s|tok/s|error|weights on" |
         tail -3 | tee -a "$OUT/engine.txt"
 done
 if (( $(left) > 60 )); then

@@ -26,7 +26,7 @@ tests TF_CUDA_WIDE_DECODE=1 cuda-moe-tests cuda-hybrid-tests deltanet-tests cuda
 prompt() {
     echo "== engine prompt $1 $2 at $(elapsed) s" | tee -a "$OUT/prompt.txt"
     timeout 120 env "$2" .device/tensorfold bench --device cuda --model "$CKPT" --prompt-tokens "$1" --decode-tokens 1 \
-        --repeats 2 2>&1 | grep -iE "tok/s|error" | tail -2 | tee -a "$OUT/prompt.txt"
+        --repeats 2 2>&1 | grep -iE "tok_s|tok/s|error" | tail -2 | tee -a "$OUT/prompt.txt"
 }
 if (( wg )); then
     tests TF_CUDA_WG_PROMPT=1 cuda-tests

@@ -44,7 +44,6 @@ pub fn load_cuda(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<CudaModel, LoadError> {
     let (name, ckpt, tokenizer) = open(path)?;
-    refuse_moe(ckpt.as_ref(), "the CUDA engine")?;
     Ok(CudaModel { name, llama: CudaLlama::load(ckpt.as_ref(), gpu, sizing, options, alloc, progress)?, tokenizer })
 }
 

@@ -223,14 +223,14 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::CudaWideDecode, None, Some("TF_CUDA_WIDE_DECODE"), Kind::Switch, Scope::Env)
     },
     Setting {
-        default: Some("0"),
-        help: "prompt rounds attend on wgmma with TMA (sm_90a, head size 128), with the same bits (untried)",
+        default: Some("1"),
+        help: "prompt rounds attend on wgmma with TMA (sm_90a, head size 128), with the same bits",
         only: Only::Cuda,
         ..row(Key::CudaWgPrompt, None, Some("TF_CUDA_WG_PROMPT"), Kind::Switch, Scope::Env)
     },
     Setting {
-        default: Some("0"),
-        help: "mixture-of-experts layers run on the GPU's grouped kernels (untried); off, CUDA refuses such models",
+        default: Some("1"),
+        help: "mixture-of-experts and hybrid layers run on the GPU's kernels; off, CUDA refuses such models",
         only: Only::Cuda,
         ..row(Key::CudaExperts, None, Some("TF_CUDA_EXPERTS"), Kind::Switch, Scope::Env)
     },

@@ -227,9 +227,7 @@ pub fn normal(rng: &mut Rng) -> f32 {
 pub fn load(dev: &CudaDevice, dir: &Path, sizing: Sizing) -> CudaLlama {
     let ckpt = HfCheckpoint::open(dir).unwrap();
     let mut alloc = dev.alloc();
-    // The experts' kernels are off by default until they have run on a GPU; these tests are how they do.
-    let options = CudaOptions { experts: true, ..CudaOptions::default() };
-    CudaLlama::load(&ckpt, dev.gpu.clone(), sizing, options, &mut alloc, &mut |_, _| {}).unwrap()
+    CudaLlama::load(&ckpt, dev.gpu.clone(), sizing, CudaOptions::default(), &mut alloc, &mut |_, _| {}).unwrap()
 }
 
 /// Sets the model's switches for the rounds that follow.

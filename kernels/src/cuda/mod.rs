@@ -158,7 +158,7 @@ pub struct KernelOptions {
     /// later, with the same bits as the row kernel.
     pub wide_decode: bool,
     /// Prompt rounds of head size 128 over pages of 16 positions attend on wgmma with TMA (attention_wg.cu) on an
-    /// sm_90a GPU, with the same bits; off until its GPU tests have passed on a GPU.
+    /// sm_90a GPU, with the same bits.
     pub wg_prompt: bool,
 }
 
@@ -170,7 +170,7 @@ impl Default for KernelOptions {
             gemm: GemmTuning::default(),
             family: true,
             wide_decode: true,
-            wg_prompt: false,
+            wg_prompt: true,
         }
     }
 }

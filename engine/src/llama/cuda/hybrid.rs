@@ -53,6 +53,9 @@ pub(super) fn unfit(c: &ModelConfig) -> Option<String> {
         return Some(format!("a shared expert of width {f}: the CUDA kernels need a multiple of 32"));
     }
     let h = c.hybrid.as_ref()?;
+    if c.attn_bias {
+        return Some("gated attention with q/k/v biases: the CUDA engine splits no biased query projection".into());
+    }
     if let Some(why) = h.linear.iter().position(|&l| l).and_then(|li| deltanet_unfit(&delta_layer(h, li, 16))) {
         return Some(why);
     }

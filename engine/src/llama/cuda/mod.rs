@@ -31,8 +31,8 @@ use logits::{bring_back, KeepBuffers, RoundRows};
 use pack::read;
 use upload::Uploader;
 
-/// A recorded round's row count, KV pool keys, values and page size, RoPE fusion and norm folding.
-type GraphKey = (usize, DevPtr, DevPtr, usize, bool, bool);
+/// A recorded round's row count, KV pool keys, values, recurrent state and page size, RoPE fusion and norm folding.
+type GraphKey = (usize, [DevPtr; 3], usize, bool, bool);
 
 /// What one round may hold: the buffers are sized for it at load.
 #[derive(Clone, Copy, Debug)]
@@ -140,8 +140,8 @@ pub struct CudaOptions {
     pub fold_norms: bool,
     /// Rounds of greedy picks only find them on the GPU and bring back the ids alone.
     pub gpu_argmax: bool,
-    /// Mixture-of-experts layers run on the grouped kernels (moe.cu), and hybrids (Qwen3-Next) on theirs; off until
-    /// their GPU tests have passed on a GPU, and such models are refused.
+    /// Mixture-of-experts layers run on the grouped kernels (moe.cu), and hybrids (Qwen3-Next) on theirs; off, such
+    /// models are refused.
     pub experts: bool,
 }
 
@@ -153,7 +153,7 @@ impl Default for CudaOptions {
             fuse_rope: false,
             fold_norms: true,
             gpu_argmax: true,
-            experts: false,
+            experts: true,
         }
     }
 }
@@ -227,8 +227,7 @@ impl CudaLlama {
         }
         if (c.moe.is_some() || c.hybrid.is_some()) && !options.experts {
             return Err(fault(
-                "mixture-of-experts and hybrid layers on CUDA have not run on a GPU yet: TF_CUDA_EXPERTS=1 tries them"
-                    .into(),
+                "mixture-of-experts and hybrid layers are off on CUDA (TF_CUDA_EXPERTS=0); 1 runs them".into(),
             ));
         }
         let ld = Loader { ckpt };
@@ -459,7 +458,7 @@ impl CudaLlama {
         unsafe { g.upload_async(s.meta, &bytes[..m.pages + 4 * num_pages]).map_err(e)? };
         let n = logit_rows.len();
         let states = pool.device_states().unwrap_or(0);
-        if c.hybrid.is_some() && states == 0 {
+        if layout.state_elems > 0 && states == 0 {
             return Err(sizing_err("the KV pool has no recurrent state on the GPU"));
         }
         let (page_tokens, state_elems) = (pt, layout.state_elems);
@@ -470,7 +469,7 @@ impl CudaLlama {
         let fuse_rope = decode && options.fuse_rope && c.rotary_dim() == c.head_dim;
         let fold = options.fold_norms;
         if decode && n == t && t <= GRAPH_ROWS && options.graphs && net.collective.is_none() {
-            let graph = match self.graphs.entry((t, kcache, vcache, pt, fuse_rope, fold)) {
+            let graph = match self.graphs.entry((t, [kcache, vcache, states], pt, fuse_rope, fold)) {
                 Entry::Occupied(o) => o.into_mut(),
                 Entry::Vacant(v) => {
                     v.insert(g.capture(|| net.queue(&cache, t, n, num_groups, fuse_rope, fold)).map_err(e)?)
