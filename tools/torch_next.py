@@ -7,7 +7,7 @@ no CUDA graphs, scheduler, paging or HTTP. Prints one JSON line per figure: copy
 token reads (attention and linear layers, the chosen and shared experts, routers, head) and the limit they set;
 prompt seconds at --prefill; decode tok/s at each of --batches after --ctx tokens.
 
-Usage: python3 torch_next.py [--layers 12] [--ctx 512] [--prefill 2048] [--batches 1,64] [--tiny]
+Usage: python3 torch_next.py [--layers 8] [--ctx 512] [--prefill 2048] [--batches 1,64] [--tiny]
 --tiny runs the committed tiny shape on the CPU, to check the script itself.
 """
 import argparse
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_checkpoint import ARCHS, shape_fields  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--layers", type=int, default=12)
+ap.add_argument("--layers", type=int, default=8)
 ap.add_argument("--ctx", type=int, default=512)
 ap.add_argument("--prefill", type=int, default=2048)
 ap.add_argument("--batches", default="1,64")
