@@ -57,7 +57,12 @@ pub struct HybridConfig {
 impl HybridConfig {
     /// Channels of the convolution: q and k of every key head, then v of every value head.
     pub fn conv_dim(&self) -> usize {
-        2 * self.num_k_heads * self.k_head_dim + self.num_v_heads * self.v_head_dim
+        2 * self.num_k_heads * self.k_head_dim + self.value_dim()
+    }
+
+    /// Width of the values (and of the output gate z): every value head's.
+    pub fn value_dim(&self) -> usize {
+        self.num_v_heads * self.v_head_dim
     }
 
     /// Floats a position keeps per linear layer: its convolution input, then each value head's decay and beta.
@@ -122,6 +127,14 @@ impl ModelConfig {
     /// Whether the loader adds one to the norms' stored weights.
     pub fn adds_one_to_norms(&self) -> bool {
         self.hybrid.as_ref().is_some_and(|h| h.centred_norms)
+    }
+
+    /// A norm's weights as it scales by them: where the loader adds one to the stored weights, with the one added.
+    pub fn centre_norm(&self, mut w: Vec<f32>) -> Vec<f32> {
+        if self.adds_one_to_norms() {
+            w.iter_mut().for_each(|v| *v += 1.0);
+        }
+        w
     }
 
     /// Leading dimensions of each attention head that RoPE rotates: all but in a hybrid with partial rotary.

@@ -112,10 +112,7 @@ impl Llama {
             layers.push(ld.layer(i, &c)?);
             progress(i + 1, c.num_layers);
         }
-        let mut norm = ld.vector(names::NORM, c.hidden_size)?;
-        if c.adds_one_to_norms() {
-            norm.iter_mut().for_each(|w| *w += 1.0);
-        }
+        let norm = c.centre_norm(ld.vector(names::NORM, c.hidden_size)?);
         let lm_head = ld.lm_head(&c).map(|m| ld.matrix(&m.name, m.rows, m.cols)).transpose()?;
         let factors = ld.rope_factors(&c)?;
         let rope = Rope { inv_freq: rope_inv_freq(&c, factors.as_deref()), interleaved: c.rope_interleaved };

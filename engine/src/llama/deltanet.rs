@@ -98,7 +98,7 @@ impl DeltaNet {
     ) -> Vec<f32> {
         let (nv, dk, dv) = (hc.num_v_heads, hc.k_head_dim, hc.v_head_dim);
         let num_rows = lanes.iter().map(|l| l.tokens.len()).sum::<usize>();
-        let value_dim = nv * dv;
+        let value_dim = hc.value_dim();
         let conv_dim = hc.conv_dim();
         let (mut qkv, mut z) = (vec![0f32; num_rows * conv_dim], vec![0f32; num_rows * value_dim]);
         let mut ba = vec![0f32; num_rows * 2 * nv];

@@ -45,10 +45,7 @@ impl Loader<'_> {
         }
         let h = c.hidden_size;
         let kind = LayerKind { prefix: names::MTP_LAYERS, linear: false, moe: c.moe.is_some() };
-        let one = if c.adds_one_to_norms() { 1.0 } else { 0.0 };
-        let centred = |name: &str| -> Result<Vec<f32>, LoadError> {
-            Ok(self.vector(name, h)?.into_iter().map(|w| w + one).collect())
-        };
+        let centred = |name: &str| -> Result<Vec<f32>, LoadError> { Ok(c.centre_norm(self.vector(name, h)?)) };
         let head = MtpHead {
             fc: self.matrix(names::MTP_FC, h, 2 * h)?,
             norm_embed: centred(names::MTP_NORM_EMBED)?,
@@ -62,13 +59,9 @@ impl Loader<'_> {
         let mut t = self.layer_tensors_at(kind, i, c)?;
         let read = |m: &MatrixSpec| self.matrix(&m.name, m.rows, m.cols);
         // A hybrid's norms scale by one plus their weight; the gated norm of its linear layers does not.
-        let centre = |v: &mut Vec<f32>| v.iter_mut().for_each(|w| *w += 1.0);
-        if c.adds_one_to_norms() {
-            [&mut t.input_norm, &mut t.post_norm].into_iter().for_each(centre);
-            if let Some((q, k)) = &mut t.qk_norm {
-                [q, k].into_iter().for_each(centre);
-            }
-        }
+        t.input_norm = c.centre_norm(std::mem::take(&mut t.input_norm));
+        t.post_norm = c.centre_norm(std::mem::take(&mut t.post_norm));
+        t.qk_norm = t.qk_norm.map(|(q, k)| (c.centre_norm(q), c.centre_norm(k)));
         let mixer = match t.linear.take() {
             Some(l) => Mixer::Linear(self.delta_net(l, c)?),
             None => {

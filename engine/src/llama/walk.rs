@@ -215,7 +215,7 @@ impl Loader<'_> {
         let name = |tail: &str| format!("{}{i}.{tail}", names::LAYERS);
         let spec = |tail: &str, rows, cols| MatrixSpec { name: name(tail), rows, cols };
         let (h, nv) = (c.hidden_size, hc.num_v_heads);
-        let value_dim = nv * hc.v_head_dim;
+        let value_dim = hc.value_dim();
         // llama.cpp's files split the projection and store -exp(A_log) under their own names.
         let raw = |tail: &str| format!("blk.{i}.{tail}.weight");
         let qkvz = match self.ckpt.contains(&name(names::QKVZ)) {

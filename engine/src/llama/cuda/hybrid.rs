@@ -59,7 +59,7 @@ pub(super) fn unfit(c: &ModelConfig) -> Option<String> {
     if let Some(why) = h.linear.iter().position(|&l| l).and_then(|li| deltanet_unfit(&delta_layer(h, li, 16))) {
         return Some(why);
     }
-    let value_dim = h.num_v_heads * h.v_head_dim;
+    let value_dim = h.value_dim();
     if !value_dim.is_multiple_of(32) {
         return Some(format!("linear attention values {value_dim} wide: the CUDA kernels need a multiple of 32"));
     }
@@ -71,7 +71,7 @@ pub(super) fn gemm_shapes(c: &ModelConfig) -> Vec<(usize, usize)> {
     let hs = c.hidden_size;
     let mut shapes = Vec::new();
     if let Some(h) = &c.hybrid {
-        let value_dim = h.num_v_heads * h.v_head_dim;
+        let value_dim = h.value_dim();
         shapes.extend([(h.conv_dim(), hs), (value_dim, hs), (2 * h.num_v_heads, hs), (hs, value_dim)]);
         shapes.push((c.num_heads * c.head_dim, hs));
     }
@@ -85,7 +85,7 @@ pub(super) fn gemm_shapes(c: &ModelConfig) -> Vec<(usize, usize)> {
 pub(super) fn scratch(up: &mut Uploader, c: &ModelConfig, t: usize) -> Result<(HybridScratch, usize), LoadError> {
     let (hs, q_dim) = (c.hidden_size, c.num_heads * c.head_dim);
     let (conv_dim, value_dim, nv) =
-        c.hybrid.as_ref().map_or((0, 0, 0), |h| (h.conv_dim(), h.num_v_heads * h.v_head_dim, h.num_v_heads));
+        c.hybrid.as_ref().map_or((0, 0, 0), |h| (h.conv_dim(), h.value_dim(), h.num_v_heads));
     let gated = if c.hybrid.is_some() { q_dim } else { 0 };
     let f = shared_size(c).unwrap_or(0);
     let shared = if f > 0 { hs } else { 0 };

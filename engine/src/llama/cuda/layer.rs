@@ -34,6 +34,14 @@ pub(super) struct GpuLayer {
     pub shared: Option<SharedWeights>,
 }
 
+impl GpuLayer {
+    /// Whether one GEMM alone reads the input norm (plain attention's qkv), so it may fold into it; gated
+    /// attention's two GEMMs and a linear layer's three read it from `normed`.
+    pub fn input_folds(&self) -> bool {
+        self.gate == 0 && self.linear.is_none()
+    }
+}
+
 /// A Gated DeltaNet layer: its projections packed for the GEMM, the rest f32 as the kernels read them.
 pub(super) struct LinearWeights {
     /// Convolution inputs: every q, every k, every v (conv_dim x hidden).
@@ -69,14 +77,8 @@ pub(super) fn upload(
     let spec = |m: &MatrixSpec| read(ckpt, ld, &m.name, m.rows, m.cols);
     let mut t = ld.layer_tensors(i, c)?;
     // A hybrid's norms scale by one plus their weight; the gated norm of its linear layers does not.
-    let centre = |mut v: Vec<f32>| {
-        if c.adds_one_to_norms() {
-            v.iter_mut().for_each(|w| *w += 1.0);
-        }
-        v
-    };
     let mut layer = GpuLayer {
-        input_norm: up.vector(&centre(std::mem::take(&mut t.input_norm)))?,
+        input_norm: up.vector(&c.centre_norm(std::mem::take(&mut t.input_norm)))?,
         qkv: 0,
         qkv_bias: 0,
         q_norm: 0,
@@ -84,7 +86,7 @@ pub(super) fn upload(
         gate: 0,
         o: 0,
         o_bias: 0,
-        post_norm: up.vector(&centre(std::mem::take(&mut t.post_norm)))?,
+        post_norm: up.vector(&c.centre_norm(std::mem::take(&mut t.post_norm)))?,
         gate_up: 0,
         down: 0,
         linear: None,
@@ -97,7 +99,7 @@ pub(super) fn upload(
             (layer.qkv, layer.gate) = attention(up, [spec(&t.q)?, spec(&t.k)?, spec(&t.v)?], c)?;
             layer.qkv_bias = some_vector(up, t.qkv_bias)?;
             if let Some((q, k)) = t.qk_norm {
-                (layer.q_norm, layer.k_norm) = (up.vector(&centre(q))?, up.vector(&centre(k))?);
+                (layer.q_norm, layer.k_norm) = (up.vector(&c.centre_norm(q))?, up.vector(&c.centre_norm(k))?);
             }
             layer.o = up.matrices(&[spec(&t.o)?])?;
             layer.o_bias = some_vector(up, t.o_bias)?;

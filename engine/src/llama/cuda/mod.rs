@@ -245,11 +245,7 @@ impl CudaLlama {
             layers.push(layer::upload(&mut up, ckpt, &ld, i, &c)?);
             progress(i + 1, c.num_layers);
         }
-        let mut norm = ld.vector(names::NORM, h)?;
-        if c.adds_one_to_norms() {
-            norm.iter_mut().for_each(|w| *w += 1.0);
-        }
-        let norm = up.vector(&norm)?;
+        let norm = up.vector(&c.centre_norm(ld.vector(names::NORM, h)?))?;
         let lm_head = match ld.lm_head(&c) {
             None => embed,
             Some(head) => up.matrices(&[spec(&head)?])?,

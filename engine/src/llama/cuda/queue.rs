@@ -121,10 +121,12 @@ impl LlamaSteps for GpuPass<'_> {
             LayerNorm::Input => l.input_norm,
             LayerNorm::PostAttention => l.post_norm,
         };
-        // The experts' kernels read the normed rows, as do a hybrid's several projections: those norms never fold.
-        let experts = which == LayerNorm::PostAttention && l.moe.is_some();
-        let hybrid = which == LayerNorm::Input && c.hybrid.is_some();
-        if self.fold && !experts && !hybrid {
+        // The experts' kernels read the normed rows, as do a layer's several input projections: those never fold.
+        let folds = match which {
+            LayerNorm::Input => l.input_folds(),
+            LayerNorm::PostAttention => l.moe.is_none(),
+        };
+        if self.fold && folds {
             // The GEMM that reads the norm applies it, with the pending sum.
             self.norm_w = w;
             return Ok(());
@@ -140,11 +142,11 @@ impl LlamaSteps for GpuPass<'_> {
         let (g, s, c, l) = (&*self.m.gpu, &self.m.scratch, &self.m.cfg, &self.m.layers[li]);
         let (h, width) = (c.hidden_size, (c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
         if l.gate != 0 {
-            // Gated attention: its gates from the same normed rows (a hybrid's input norm never folds).
+            // Gated attention: its gates from the same normed rows.
             let gates = (self.t, c.num_heads * c.head_dim, h);
             g.gemm(s.normed, l.gate, 0, s.hybrid.attn_gate, gates, &s.gemm)?;
         }
-        if !self.fold || l.gate != 0 {
+        if !self.fold || !l.input_folds() {
             return g.gemm(s.normed, l.qkv, l.qkv_bias, s.qkv, (self.t, width, h), &s.gemm);
         }
         let norm = self.res.norm(std::mem::take(&mut self.pending), self.norm_w, c.rms_eps);
@@ -254,9 +256,9 @@ impl LlamaSteps for GpuPass<'_> {
         let (g, s, c, l) = (&*self.m.gpu, &self.m.scratch, &self.m.cfg, &self.m.layers[li]);
         let (Some(w), Some(hc)) = (&l.linear, &c.hybrid) else { unreachable!("layer {li} is linear") };
         let (t, h, hs) = (self.t, c.hidden_size, &s.hybrid);
-        let (nv, dv) = (hc.num_v_heads, hc.v_head_dim);
+        let (nv, dv, value_dim) = (hc.num_v_heads, hc.v_head_dim, hc.value_dim());
         g.gemm(s.normed, w.qkv, 0, hs.conv_in, (t, hc.conv_dim(), h), &s.gemm)?;
-        g.gemm(s.normed, w.z, 0, hs.z, (t, nv * dv, h), &s.gemm)?;
+        g.gemm(s.normed, w.z, 0, hs.z, (t, value_dim, h), &s.gemm)?;
         g.gemm(s.normed, w.ba, 0, hs.ba, (t, 2 * nv, h), &s.gemm)?;
         let layer = DeltaNetLayer {
             states: self.cache.states,
@@ -274,7 +276,7 @@ impl LlamaSteps for GpuPass<'_> {
         g.deltanet_rows(&layer, &round, (hs.conv_in, hs.ba), (w.neg_a, w.dt_bias))?;
         g.deltanet_heads(&layer, &round, w.conv, hs.core)?;
         g.deltanet_gated_norm(hs.core, hs.z, w.norm, hs.out, (t, nv, dv), c.rms_eps)?;
-        g.gemm(hs.out, w.out, 0, s.proj, (t, h, nv * dv), &s.gemm)
+        g.gemm(hs.out, w.out, 0, s.proj, (t, h, value_dim), &s.gemm)
     }
 
     fn reduce(&mut self) -> Result<(), GpuError> {
