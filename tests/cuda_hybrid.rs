@@ -9,7 +9,8 @@ use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};
 use tensorfold_engine::llama::cuda::Sizing;
 
 use common::cuda::{
-    agrees_with_the_cpu, checkpoint, gpu, load, row_alone_equals_row_in_batches, same_bits, tokens, VOCAB,
+    agrees_with_the_cpu, checkpoint, gpu, load, prompt_whole_equals_chunks, row_alone_equals_row_in_batches, same_bits,
+    tokens, VOCAB,
 };
 use common::Rng;
 
@@ -32,20 +33,7 @@ fn test_a_hybrid_row_alone_equals_the_row_among_other_lanes() {
 #[test]
 fn test_a_hybrid_prompt_whole_equals_it_in_chunks_of_1_7_16_64() {
     let Some(dev) = gpu() else { return };
-    let dir = checkpoint(ARCH, 160);
-    let len = 150;
-    let mut model = load(&dev, dir.path(), Sizing { max_tokens: len, max_lanes: 4, context: len + 50 });
-    let prompt = tokens(&mut Rng(161), len);
-    let mut run = |chunk: usize| {
-        let pool = dev.kv_pool(&model, PAGE_TOKENS, (len + 50) / PAGE_TOKENS + 1).unwrap();
-        let mut seq = Sequence::with_pool(&mut model, pool);
-        seq.extend(&prompt, chunk, Logits::All).unwrap()
-    };
-    let whole = run(len);
-    assert_eq!(whole.len(), len * VOCAB);
-    for chunk in [1, 7, 16, 64] {
-        assert!(same_bits(&whole, &run(chunk)), "chunks of {chunk} differ from the whole prompt");
-    }
+    prompt_whole_equals_chunks(&dev, ARCH, (160, 161), 150, &[1, 7, 16, 64]);
 }
 
 #[test]

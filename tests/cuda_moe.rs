@@ -4,14 +4,11 @@
 
 mod common;
 
-use tensorfold_engine::boundary::Logits;
-use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};
 use tensorfold_engine::llama::cuda::Sizing;
 
 use common::cuda::{
-    agrees_with_the_cpu, checkpoint, gpu, load, row_alone_equals_row_in_batches, same_bits, tokens, VOCAB,
+    agrees_with_the_cpu, checkpoint, gpu, load, prompt_whole_equals_chunks, row_alone_equals_row_in_batches,
 };
-use common::Rng;
 
 const ARCHS: [&str; 2] = ["qwen3_moe", "mixtral"];
 
@@ -38,19 +35,6 @@ fn test_a_moe_row_alone_equals_the_row_among_rows_that_share_its_experts() {
 fn test_a_moe_prompt_whole_equals_it_in_chunks_of_1_7_64() {
     let Some(dev) = gpu() else { return };
     for (i, arch) in ARCHS.into_iter().enumerate() {
-        let dir = checkpoint(arch, 80 + i as u64);
-        let len = 300;
-        let mut model = load(&dev, dir.path(), Sizing { max_tokens: len, max_lanes: 4, context: len + 100 });
-        let prompt = tokens(&mut Rng(90 + i as u64), len);
-        let mut run = |chunk: usize| {
-            let pool = dev.kv_pool(&model, PAGE_TOKENS, (len + 100) / PAGE_TOKENS + 1).unwrap();
-            let mut seq = Sequence::with_pool(&mut model, pool);
-            seq.extend(&prompt, chunk, Logits::All).unwrap()
-        };
-        let whole = run(len);
-        assert_eq!(whole.len(), len * VOCAB);
-        for chunk in [1, 7, 64] {
-            assert!(same_bits(&whole, &run(chunk)), "{arch}: chunks of {chunk} differ from the whole prompt");
-        }
+        prompt_whole_equals_chunks(&dev, arch, (80 + i as u64, 90 + i as u64), 300, &[1, 7, 64]);
     }
 }

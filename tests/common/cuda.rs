@@ -258,6 +258,24 @@ pub fn prefill(engine: &mut dyn Engine, pool: &mut KvPool, prompt: &[u32], chunk
     last
 }
 
+/// A `len`-token prompt (drawn with `seeds.1`) on a checkpoint of `arch` (seeded with `seeds.0`) gives every row's
+/// logits the same bits whole as in chunks of each of `chunks`.
+pub fn prompt_whole_equals_chunks(dev: &CudaDevice, arch: &str, seeds: (u64, u64), len: usize, chunks: &[usize]) {
+    let dir = checkpoint(arch, seeds.0);
+    let mut model = load(dev, dir.path(), Sizing { max_tokens: len, max_lanes: 4, context: len + 100 });
+    let prompt = tokens(&mut Rng(seeds.1), len);
+    let mut run = |chunk: usize| {
+        let pool = dev.kv_pool(&model, PAGE_TOKENS, (len + 100) / PAGE_TOKENS + 1).unwrap();
+        let mut seq = Sequence::with_pool(&mut model, pool);
+        seq.extend(&prompt, chunk, Logits::All).unwrap()
+    };
+    let whole = run(len);
+    assert_eq!(whole.len(), len * VOCAB);
+    for &chunk in chunks {
+        assert!(same_bits(&whole, &run(chunk)), "{arch}: chunks of {chunk} differ from the whole prompt");
+    }
+}
+
 /// The largest difference between two rows, against the row's largest magnitude.
 pub fn relative_gap(a: &[f32], b: &[f32]) -> f32 {
     let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
