@@ -209,11 +209,16 @@ __device__ __forceinline__ void tma_split_fold(const float* __restrict__ bias, f
 // A cluster pair shares the weight tile (CM = 2) or the activation tile (CN = 2): each CTA copies half to both.
 // SEG: every K / segs / 64 k-blocks the consumer folds its accumulator into a running sum (a second register set).
 // SPLIT: a unit is one segment of one tile (tma_split_fold), for rounds whose tiles alone would leave SMs idle.
-template <int BM, int BN, int WN, int MI, int STAGES, int CM, int CN, bool SEG = false, bool SPLIT = false>
+// GROUP: experts (moe.cu): A's rows sorted by expert, expert e's `offsets[e]..offsets[e + 1]` in row tiles from
+// `tile_start[e]`; W is ne matrices of n x k stacked; a tile multiplies its expert's matrix and stores its own rows.
+template <int BM, int BN, int WN, int MI, int STAGES, int CM, int CN, bool SEG = false, bool SPLIT = false,
+          bool GROUP = false>
 __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_w, const float* __restrict__ bias,
                                          float* __restrict__ c, bf16* __restrict__ act, float* ws, int* counters,
-                                         int m, int n, int k, int group, int segs) {
+                                         int m, int n, int k, int group, int segs, const u32* offsets = nullptr,
+                                         const u32* tile_start = nullptr, int ne = 0) {
     static_assert(!(SEG && SPLIT) && (!SPLIT || CM * CN == 1), "a split kernel is a single CTA's");
+    static_assert(!GROUP || (!SEG && !SPLIT && CM * CN == 1), "a grouped kernel is a plain single CTA's");
     constexpr bool SPLIT_N = BM == 64 * MI;
     static_assert(SPLIT_N ? BN == 2 * WN : (BM == 128 * MI && BN == WN), "two consumers cover the tile");
     constexpr int CLUSTER = CM * CN;
@@ -240,7 +245,9 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
         __syncthreads();
     }
     start_next();
-    const int mu = ((m + BM - 1) / BM + CM - 1) / CM, nu = ((n + BN - 1) / BN + CN - 1) / CN;
+    // A grouped round's tiles come from the kernel before: every thread waits for it first.
+    if constexpr (GROUP) wait_prior();
+    const int mu = GROUP ? (int)tile_start[ne] : ((m + BM - 1) / BM + CM - 1) / CM, nu = ((n + BN - 1) / BN + CN - 1) / CN;
     const int units = mu * nu * (SPLIT ? segs : 1);
     const int kbs = k / 64, cid = blockIdx.x / CLUSTER, clusters = gridDim.x / CLUSTER;
     // Unit u's tile (um, un) and k-blocks [kb0, kb1): a split unit takes segment u % segs of tile u / segs.
@@ -252,6 +259,22 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
     // The first row and column of unit (um, un)'s tile in this CTA.
     auto tile_m = [&](int um) { return (um * CM + (CM > 1 ? (int)rank : 0)) * BM; };
     auto tile_n = [&](int un) { return (un * CN + (CN > 1 ? (int)rank : 0)) * BN; };
+    // Tile um's first row and end, and the first row of W its columns from n0 take (grouped: its expert's).
+    auto rows_of = [&](int um, int n0, int& m0, int& mend, int& w0) {
+        if constexpr (GROUP) {
+            int lo = 0, hi = ne - 1;
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) >> 1;
+                if ((int)tile_start[mid] <= um) lo = mid;
+                else hi = mid - 1;
+            }
+            m0 = (int)offsets[lo] + (um - (int)tile_start[lo]) * BM;
+            mend = (int)offsets[lo + 1];
+            w0 = lo * n + n0;
+        } else {
+            m0 = tile_m(um), mend = m, w0 = n0;
+        }
+    };
     if (wg == 0) {
         // The producer needs few registers: give them to the consumers.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
@@ -281,27 +304,28 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
             // The weights never come from the previous kernel: the first stages' copies start before waiting on it.
             int pre = 0;
             if (cid < units) {
-                int um, un, kb0, kb1;
+                int um, un, kb0, kb1, m0, mend, w0;
                 unit(cid, um, un, kb0, kb1);
+                rows_of(um, tile_n(un), m0, mend, w0);
                 pre = min(STAGES, kb1 - kb0);
                 for (int s = 0; s < pre; ++s) {
                     mbar_expect(full + 8 * s, STAGE);
-                    load_w(s, kb0 + s, tile_n(un));
+                    load_w(s, kb0 + s, w0);
                 }
             }
             wait_prior();
             u32 slot = 0, phase = 0;
             int it = 0;
             for (int u = cid; u < units; u += clusters) {
-                int um, un, kb0, kb1;
+                int um, un, kb0, kb1, m0, mend, w0;
                 unit(u, um, un, kb0, kb1);
-                const int m0 = tile_m(um), n0 = tile_n(un);
+                rows_of(um, tile_n(un), m0, mend, w0);
                 for (int kb = kb0; kb < kb1; ++kb, ++it) {
                     if (it >= pre) {
                         // A slot is free once the consumers of every CTA it feeds have released it.
                         mbar_wait(empty + 8 * slot, phase ^ 1);
                         mbar_expect(full + 8 * slot, STAGE);
-                        load_w(slot, kb, n0);
+                        load_w(slot, kb, w0);
                     }
                     // Rows past M come back as zeros, never stored.
                     load_a(slot, kb, m0);
@@ -327,9 +351,10 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
         const int kseg = SEG ? kbs / segs : kbs;
         u32 slot = 0, phase = 0;
         for (int u = cid; u < units; u += clusters) {
-            int um, un, kb0, kb1;
+            int um, un, kb0, kb1, m0, mend, w0;
             unit(u, um, un, kb0, kb1);
-            const int m0 = tile_m(um), n0 = tile_n(un);
+            const int n0 = tile_n(un);
+            rows_of(um, n0, m0, mend, w0);
 #pragma unroll
             for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -400,7 +425,7 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int row = m0 + a_row + 64 * i + 16 * warp + g + 8 * h;
-                    if (row >= m) continue;
+                    if (row >= mend) continue;
                     if (act) {
                         // Gate block j (even) and up block j + 1 hold act columns (n0 + w_col + 8 j) / 2 + 2 q, + 1.
                         bf16* out = act + (u64)row * (n / 2);
@@ -472,6 +497,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x256_s(TMA_PARAM
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 1, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_64x128_s(TMA_PARAMS) { gemm_tma<64, 128, 64, 1, 9, 1, 1, true>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x128_k(TMA_PARAMS) { gemm_tma<128, 128, 128, 1, 7, 1, 1, false, true>(TMA_ARGS); }
+#endif
+#if !defined(TMA_PART) || TMA_PART == 3
+// The experts' grouped GEMMs (moe.rs): after TMA_PARAMS, each expert's first row and first row tile, and the count.
+#define MOE_TMA(NAME, BM, BN, WN, STAGES)                                                                            \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                              \
+        NAME(TMA_PARAMS, const u32* offsets, const u32* tile_start, int ne) {                                        \
+        gemm_tma<BM, BN, WN, 1, STAGES, 1, 1, false, false, true>(TMA_ARGS, offsets, tile_start, ne);                 \
+    }
+MOE_TMA(moe_tma_64x256, 64, 256, 128, 5)
+MOE_TMA(moe_tma_128x256, 128, 256, 256, 4)
 #endif
 #if defined(GEMM_TMA_ALL) && !defined(TMA_PART)
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x256_k(TMA_PARAMS) { gemm_tma<128, 256, 256, 1, 4, 1, 1, false, true>(TMA_ARGS); }

@@ -30,7 +30,7 @@ const SPLIT_SEGMENT_K: usize = 2048;
 const STREAM_THREADS: u32 = 288;
 
 /// Threads of a TMA block: a producer warpgroup and two consumer warpgroups.
-const TMA_THREADS: u32 = 384;
+pub(super) const TMA_THREADS: u32 = 384;
 
 /// Weight tiles of 8 rows one decode pass holds: the weight box stays within TMA's 256 rows.
 const PASS_TILES: usize = 32;
@@ -39,7 +39,7 @@ const PASS_TILES: usize = 32;
 const STREAM_SMEM: [usize; 2] = [232448, 115712];
 
 /// Rows of A the CTAs at work together span in the TMA kernels' walk, sharing those tiles in L2.
-const GROUP_ROWS: usize = 2048;
+pub(super) const GROUP_ROWS: usize = 2048;
 
 /// One TMA kernel: (name, tile rows, tile columns, stages, whether a segmented twin `_s` and a split twin `_k` exist).
 const TMA_KERNELS: [(&str, usize, usize, usize, bool, bool); 8] = [
@@ -157,7 +157,7 @@ fn tma_choice(m: usize, n: usize, sms: usize, segs: usize, split: bool) -> usize
     busy.unwrap_or_else(|| candidates.max_by_key(|&i| (units(i), useful(i))).expect("a TMA kernel fits"))
 }
 
-const fn tma_smem(bm: usize, bn: usize, stages: usize) -> usize {
+pub(super) const fn tma_smem(bm: usize, bn: usize, stages: usize) -> usize {
     1024 + stages * ((bm + bn) * 128 + 16)
 }
 

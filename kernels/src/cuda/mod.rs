@@ -269,7 +269,7 @@ impl Gpu {
             snac_depthwise: load("snac_depthwise")?,
             snac_conv_gemm: load("snac_conv_gemm")?,
             snac_conv_rows: load("snac_conv_rows")?,
-            moe: moe::MoeKernels::load(&kernels)?,
+            moe: moe::MoeKernels::load(&kernels, options.family && arch == "sm_90a")?,
             deltanet: deltanet::DeltaNetKernels::load(&kernels)?,
             overlap: major >= 9 && options.overlap,
         };

@@ -5,49 +5,103 @@ use cudarc::driver::CudaFunction;
 use super::build::Kernels;
 use super::{Arg, DevPtr, Gpu, GpuError};
 
-/// Columns of one grouped GEMM block (MOE_BN in moe.cu).
-const MOE_COLS: usize = 128;
-
 /// Most experts a row may choose (MOE_MAX_TOPK in moe.cu).
 pub const MOE_MAX_TOPK: usize = 16;
 
-/// Dynamic shared memory of a grouped GEMM block of `rows`-row tiles and `stages` stages: per stage the tile's
-/// rows of A and 128 rows of W, 40 halves a row.
-const fn gemm_smem(rows: usize, stages: usize) -> u32 {
-    (stages * (rows + MOE_COLS) * 40 * 2) as u32
+/// Most experts a layer may have (MOE_MAX_EXPERTS in moe.cu).
+pub const MOE_MAX_EXPERTS: usize = 512;
+
+/// A grouped GEMM kernel's tile: rows, columns and k of a stage, and stages of its ring (its name's _m{}n{}k{}s{}).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tile {
+    rows: usize,
+    cols: usize,
+    k: usize,
+    stages: usize,
 }
 
-/// The two tile shapes (the _m64 and _m16 kernels): rows a tile and stages of the ring.
-const WIDE: (usize, usize) = (64, 3);
-const NARROW: (usize, usize) = (16, 6);
+impl Tile {
+    /// Dynamic shared memory of a block: per stage the tile's rows of A and its columns' rows of W, k + 8 halves a
+    /// row.
+    const fn smem(&self) -> u32 {
+        (self.stages * (self.rows + self.cols) * (self.k + 8) * 2) as u32
+    }
 
-/// Rounds whose experts serve at most this many rows on average take the 16-row tiles.
+    fn suffix(&self) -> String {
+        format!("_m{}n{}k{}s{}", self.rows, self.cols, self.k, self.stages)
+    }
+}
+
+/// The tiles moe.cu instantiates: wide ones for rounds where experts serve many rows, then narrow ones for decode
+/// rounds, each first with k 64 and then with k 32 for a K that 64 does not divide.
+const TILES: [Tile; 4] = [
+    Tile { rows: 64, cols: 128, k: 64, stages: 3 },
+    Tile { rows: 64, cols: 128, k: 32, stages: 3 },
+    Tile { rows: 16, cols: 128, k: 64, stages: 8 },
+    Tile { rows: 16, cols: 128, k: 32, stages: 6 },
+];
+
+/// The first narrow tile in TILES.
+const NARROW: usize = 2;
+
+/// Rounds whose experts serve at most this many rows on average take a narrow tile.
 const NARROW_ROWS: usize = 32;
+
+/// The TMA + wgmma grouped kernels (moe_tma_* in gemm_tma.cu): (name, tile rows, tile columns, stages).
+const TMA_TILES: [(&str, usize, usize, usize); 2] = [("moe_tma_64x256", 64, 256, 5), ("moe_tma_128x256", 128, 256, 4)];
+
+/// Rounds whose experts serve at least this many rows on average take the TMA kernels' 128-row tiles.
+const TMA_TALL_ROWS: usize = 256;
 
 pub(super) struct MoeKernels {
     logits: CudaFunction,
     route: CudaFunction,
     plan: CudaFunction,
-    /// gate_up and down with 64-row tiles, then with 16-row ones.
-    gemm: [(CudaFunction, CudaFunction); 2],
+    /// gate_up and down of each tile of TILES.
+    gemm: Vec<(CudaFunction, CudaFunction)>,
     combine: CudaFunction,
+    /// On sm_90a with the Hopper family on: the row gather and the TMA_TILES kernels, which wide rounds take.
+    tma: Option<(CudaFunction, [CudaFunction; 2])>,
 }
 
 impl MoeKernels {
-    pub(super) fn load(kernels: &Kernels) -> Result<MoeKernels, GpuError> {
+    pub(super) fn load(kernels: &Kernels, hopper: bool) -> Result<MoeKernels, GpuError> {
         let load = |name: &str| kernels.function(name);
-        let gemm =
-            [(load("moe_gate_up_m64")?, load("moe_down_m64")?), (load("moe_gate_up_m16")?, load("moe_down_m16")?)];
         let attr = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        for ((gate_up, down), (rows, stages)) in gemm.iter().zip([WIDE, NARROW]) {
-            for f in [gate_up, down] {
-                f.set_attribute(attr, gemm_smem(rows, stages) as i32)?;
+        let mut gemm = Vec::with_capacity(TILES.len());
+        for tile in &TILES {
+            let pair = (load(&format!("moe_gate_up{}", tile.suffix()))?, load(&format!("moe_down{}", tile.suffix()))?);
+            for f in [&pair.0, &pair.1] {
+                f.set_attribute(attr, tile.smem() as i32)?;
             }
+            gemm.push(pair);
         }
         let (logits, route, plan, combine) =
             (load("moe_logits")?, load("moe_route")?, load("moe_plan")?, load("moe_combine")?);
-        Ok(MoeKernels { logits, route, plan, gemm, combine })
+        let tma = match hopper {
+            false => None,
+            true => {
+                let [a, b] = TMA_TILES.map(|(name, ..)| load(name));
+                let pair = [a?, b?];
+                for (f, (_, bm, bn, stages)) in pair.iter().zip(TMA_TILES) {
+                    f.set_attribute(attr, super::family::tma_smem(bm, bn, stages) as i32)?;
+                }
+                Some((load("moe_gather")?, pair))
+            }
+        };
+        Ok(MoeKernels { logits, route, plan, gemm, combine, tma })
     }
+}
+
+/// Which of TILES a round of `pairs` (row, expert) pairs over `ne` experts takes, for GEMMs of K `h` and `f`.
+fn tile_for(pairs: usize, ne: usize, h: usize, f: usize) -> usize {
+    let fits = |i: usize| h.is_multiple_of(TILES[i].k) && f.is_multiple_of(TILES[i].k);
+    let range = match pairs > NARROW_ROWS * ne {
+        true => 0..NARROW,
+        false => NARROW..TILES.len(),
+    };
+    let last = range.end - 1;
+    range.into_iter().find(|&i| fits(i)).unwrap_or(last)
 }
 
 /// A layer's experts on the device: `experts` matrices of gate and up (2 f x h, their rows interleaved by 8 as
@@ -79,13 +133,15 @@ pub struct MoeScratch {
     pub slot_row: DevPtr,
     /// Slots x f in bf16: the experts' SwiGLU.
     pub act: DevPtr,
+    /// Slots x h in bf16: the rows in expert order, for the TMA kernels.
+    pub sorted: DevPtr,
     /// Slots x h in f32: the experts' outputs.
     pub out: DevPtr,
 }
 
 impl MoeScratch {
     /// Bytes of each buffer, in field order, for rounds of `rows` rows.
-    pub fn sizes(rows: usize, w: &MoeShape) -> [usize; 11] {
+    pub fn sizes(rows: usize, w: &MoeShape) -> [usize; 12] {
         let pairs = rows * w.top_k;
         let per_expert = 4 * (w.experts + 1);
         [
@@ -99,6 +155,7 @@ impl MoeScratch {
             per_expert,
             4 * pairs,
             2 * pairs * w.f,
+            2 * pairs * w.h,
             4 * pairs * w.h,
         ]
     }
@@ -125,6 +182,9 @@ pub fn moe_gate_up_order(r: usize) -> (usize, usize) {
 
 /// Why the grouped kernels cannot take these sizes, if they cannot.
 pub fn moe_unfit(s: &MoeShape) -> Option<String> {
+    if s.experts > MOE_MAX_EXPERTS {
+        return Some(format!("{} experts: the CUDA kernels take at most {MOE_MAX_EXPERTS}", s.experts));
+    }
     if s.top_k == 0 || s.top_k > MOE_MAX_TOPK || s.top_k > s.experts {
         return Some(format!("{} experts a row of {}: the CUDA kernels take 1 to {MOE_MAX_TOPK}", s.top_k, s.experts));
     }
@@ -175,12 +235,17 @@ impl Gpu {
             route.into_iter().chain([Arg::Ptr(s.weights), Arg::Ptr(s.local), Arg::Ptr(s.counts)]).collect();
         self.launch(&k.route, (rows, 1, 1), 32, 0, &route)?;
         // Which tiles the GEMMs take changes no bit: every shape sums an output in the same order.
-        let narrow = pairs <= NARROW_ROWS * ne;
-        let ((gate_up_k, down_k), (bm, stages)) = match narrow {
-            true => (&k.gemm[1], NARROW),
-            false => (&k.gemm[0], WIDE),
+        let at = tile_for(pairs, ne, h, f);
+        let ((gate_up_k, down_k), tile) = (&k.gemm[at], TILES[at]);
+        let (mut bm, smem) = (tile.rows, tile.smem());
+        let tma = match (&k.tma, at < NARROW && h % 64 == 0 && f % 64 == 0 && s.sorted != 0) {
+            (Some((gather, kernels)), true) => {
+                let i = usize::from(pairs >= TMA_TALL_ROWS * ne);
+                bm = TMA_TILES[i].1;
+                Some((gather, &kernels[i], TMA_TILES[i]))
+            }
+            _ => None,
         };
-        let smem = gemm_smem(bm, stages);
         let plan =
             [Arg::Ptr(s.experts), Arg::Ptr(s.local), Arg::Ptr(s.counts), int(pairs), int(top_k), int(ne), int(bm)];
         let plan: Vec<Arg> = plan
@@ -188,20 +253,78 @@ impl Gpu {
             .chain([Arg::Ptr(s.offsets), Arg::Ptr(s.tile_start), Arg::Ptr(s.slot_row), Arg::Ptr(s.pair_slot)])
             .collect();
         self.launch(&k.plan, (1, 1, 1), 1024, (4 * (ne + 1)) as u32, &plan)?;
+        if let Some((gather, kernel, tile)) = tma {
+            self.moe_tma(w, s, normed, (pairs, h), (gather, kernel, tile))?;
+            return self.moe_combine(s, (rows, h), top_k, delta, shared);
+        }
         // Every expert's tiles fit in this many: each expert wastes less than one.
         let tiles = pairs.div_ceil(bm) + ne.min(pairs);
         let gate_up = [Arg::Ptr(normed), Arg::Ptr(s.slot_row), Arg::Ptr(w.gate_up), Arg::Ptr(s.offsets)];
         let gate_up: Vec<Arg> =
             gate_up.into_iter().chain([Arg::Ptr(s.tile_start), int(ne), int(2 * f), int(h), Arg::Ptr(s.act)]).collect();
-        self.launch(gate_up_k, ((2 * f).div_ceil(MOE_COLS), tiles, 1), 128, smem, &gate_up)?;
+        self.launch(gate_up_k, ((2 * f).div_ceil(tile.cols), tiles, 1), 128, smem, &gate_up)?;
         let down = [Arg::Ptr(s.act), Arg::Ptr(w.down), Arg::Ptr(s.offsets), Arg::Ptr(s.tile_start)];
         let down: Vec<Arg> = down.into_iter().chain([int(ne), int(h), int(f), Arg::Ptr(s.out)]).collect();
-        self.launch(down_k, (h.div_ceil(MOE_COLS), tiles, 1), 128, smem, &down)?;
+        self.launch(down_k, (h.div_ceil(tile.cols), tiles, 1), 128, smem, &down)?;
+        self.moe_combine(s, (rows, h), top_k, delta, shared)
+    }
+
+    /// Each row's experts' outputs weighted and added in rank order, then the shared expert's.
+    fn moe_combine(
+        &self,
+        s: &MoeScratch,
+        (rows, h): (usize, usize),
+        top_k: usize,
+        delta: DevPtr,
+        shared: Option<(DevPtr, DevPtr)>,
+    ) -> Result<(), GpuError> {
         let (shared_out, shared_gate) = shared.unwrap_or((0, 0));
-        let combine = [Arg::Ptr(s.out), Arg::Ptr(s.pair_slot), Arg::Ptr(s.weights), int(top_k), int(h)];
-        let combine: Vec<Arg> =
-            combine.into_iter().chain([Arg::Ptr(delta), Arg::Ptr(shared_out), Arg::Ptr(shared_gate)]).collect();
-        self.launch(&k.combine, (rows, 1, 1), 256, 0, &combine)
+        let combine = [Arg::Ptr(s.out), Arg::Ptr(s.pair_slot), Arg::Ptr(s.weights), Arg::Int(top_k as i32)];
+        let combine: Vec<Arg> = combine
+            .into_iter()
+            .chain([Arg::Int(h as i32), Arg::Ptr(delta), Arg::Ptr(shared_out), Arg::Ptr(shared_gate)])
+            .collect();
+        self.launch(&self.f.moe.combine, (rows, h.div_ceil(256), 1), 256, 0, &combine)
+    }
+
+    /// The grouped GEMMs of a wide round on the TMA + wgmma family: the rows gathered in expert order, then gate and
+    /// up with the SwiGLU, then down, each kernel's persistent CTAs walking the round's (tile, column tile) units.
+    fn moe_tma(
+        &self,
+        w: &MoeWeights,
+        s: &MoeScratch,
+        normed: DevPtr,
+        (pairs, h): (usize, usize),
+        (gather, kernel, (_, bm, bn, stages)): (&CudaFunction, &CudaFunction, (&str, usize, usize, usize)),
+    ) -> Result<(), GpuError> {
+        let (ne, f) = (w.experts, w.f);
+        let int = |v: usize| Arg::Int(v as i32);
+        let args = [Arg::Ptr(normed), Arg::Ptr(s.slot_row), int(h), Arg::Ptr(s.sorted)];
+        self.launch(gather, (pairs, 1, 1), 256, 0, &args)?;
+        let smem = super::family::tma_smem(bm, bn, stages) as u32;
+        // (A, its columns, W, its rows, C or 0, act or 0, N): gate and up, then down.
+        let gemms = [(s.sorted, h, w.gate_up, ne * 2 * f, 0, s.act, 2 * f), (s.act, f, w.down, ne * h, s.out, 0, h)];
+        for (a, k, wt, w_rows, c, act, n) in gemms {
+            let args = [
+                Arg::Map(self.tensor_map(a, pairs, k, bm)?),
+                Arg::Map(self.tensor_map(wt, w_rows, k, bn)?),
+                Arg::Ptr(0),
+                Arg::Ptr(c),
+                Arg::Ptr(act),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                int(pairs),
+                int(n),
+                int(k),
+                int(super::family::GROUP_ROWS / bm),
+                int(1),
+                Arg::Ptr(s.offsets),
+                Arg::Ptr(s.tile_start),
+                int(ne),
+            ];
+            self.launch(kernel, (self.sms, 1, 1), super::family::TMA_THREADS, smem, &args)?;
+        }
+        Ok(())
     }
 }
 
@@ -228,9 +351,19 @@ mod tests {
     #[test]
     fn test_sizes_the_kernels_cannot_take_are_named() {
         let fit = MoeShape { experts: 128, top_k: 8, f: 768, h: 2048 };
-        assert!(gemm_smem(NARROW.0, NARROW.1) <= 227 * 1024 && gemm_smem(WIDE.0, WIDE.1) <= 227 * 1024);
+        assert!(TILES.iter().all(|t| t.smem() <= 227 * 1024));
         assert!(moe_unfit(&fit).is_none());
         assert!(moe_unfit(&MoeShape { top_k: 17, ..fit }).unwrap().contains("17 experts"));
         assert!(moe_unfit(&MoeShape { f: 100, ..fit }).unwrap().contains("100"));
+        assert!(moe_unfit(&MoeShape { experts: 513, ..fit }).unwrap().contains("513 experts"));
+    }
+
+    #[test]
+    fn test_rounds_take_the_wide_tile_with_many_rows_an_expert_and_a_k_that_divides() {
+        let (wide, narrow) = (TILES[tile_for(2048 * 8, 128, 2048, 768)], TILES[tile_for(8, 128, 2048, 768)]);
+        assert_eq!((wide.rows, wide.k, narrow.rows, narrow.k), (64, 64, 16, 64));
+        // An intermediate size of 96 is no multiple of 64: k32 tiles.
+        let (wide, narrow) = (TILES[tile_for(2048 * 8, 128, 2048, 96)], TILES[tile_for(8, 128, 2048, 96)]);
+        assert_eq!((wide.rows, wide.k, narrow.rows, narrow.k), (64, 32, 16, 32));
     }
 }

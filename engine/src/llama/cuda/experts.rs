@@ -66,12 +66,25 @@ pub(super) fn scratch(
     shape: &MoeShape,
 ) -> Result<(MoeScratch, usize), LoadError> {
     let sizes = MoeScratch::sizes(rows, shape);
-    let mut p: [DevPtr; 11] = [0; 11];
+    let mut p: [DevPtr; 12] = [0; 12];
     for (ptr, &bytes) in p.iter_mut().zip(&sizes) {
         *ptr = up.buffer(MemoryKind::Activations, bytes)?;
     }
-    let [logits, experts, weights, local, pair_slot, counts, offsets, tile_start, slot_row, act, out] = p;
+    let [logits, experts, weights, local, pair_slot, counts, offsets, tile_start, slot_row, act, sorted, out] = p;
     gpu.upload(counts, &vec![0u32; shape.experts + 1]).map_err(gpu_err)?;
-    let s = MoeScratch { logits, experts, weights, local, pair_slot, counts, offsets, tile_start, slot_row, act, out };
+    let s = MoeScratch {
+        logits,
+        experts,
+        weights,
+        local,
+        pair_slot,
+        counts,
+        offsets,
+        tile_start,
+        slot_row,
+        act,
+        sorted,
+        out,
+    };
     Ok((s, sizes.iter().sum()))
 }
