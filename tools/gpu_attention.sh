@@ -14,13 +14,7 @@ BUDGET="${1:-560}"
 OUT="${OUT:-./gpu-attention-out}"
 export TF_CACHE_DIR="${TF_CACHE_DIR:-/tmp/tfc}"
 CKPT="${TMPDIR:-/tmp}/tensorfold-bench/llama-3.1-8b"
-T0=$(date +%s)
-elapsed() { echo "$(( $(date +%s) - T0 ))"; }
-left() { echo "$(( BUDGET - $(elapsed) ))"; }
-wants() { [[ " ${SKIP:-} " != *" $1 "* ]]; }
-mkdir -p "$OUT"
-(cd .device && for f in *.gz; do [[ -f "$f" ]] && gunzip -f "$f"; done; chmod +x ./* 2>/dev/null)
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt"
+source tools/gpu_common.sh
 if wants tests; then
     # The CUDA suite with the wide decode kernel on, so its rows meet every server-shaped test.
     echo "== tests at $(elapsed) s" | tee "$OUT/tests.txt"

@@ -15,12 +15,7 @@ LAYERS="${2:-8}"
 OUT="${OUT:-./gpu-next-out}"
 export TF_CACHE_DIR="${TF_CACHE_DIR:-/tmp/tfc}"
 CKPT="${TMPDIR:-/tmp}/tensorfold-bench/qwen3-next-80b-a3b-$LAYERS"
-T0=$(date +%s)
-elapsed() { echo "$(( $(date +%s) - T0 ))"; }
-left() { echo "$(( BUDGET - $(elapsed) ))"; }
-mkdir -p "$OUT"
-(cd .device && for f in *.gz; do [[ -f "$f" ]] && gunzip -f "$f"; done; chmod +x ./* 2>/dev/null)
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt"
+source tools/gpu_common.sh
 if compgen -G ".whl/*.whl" > /dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
         export PYTHONPATH=/tmp/site
