@@ -60,7 +60,8 @@ pub(super) struct MoeKernels {
     /// gate_up and down of each tile of TILES.
     gemm: Vec<(CudaFunction, CudaFunction)>,
     combine: CudaFunction,
-    /// On sm_90a with the Hopper family on: the row gather and the TMA_TILES kernels, which wide rounds take.
+    /// On sm_90a with the Hopper family on: the row gather and the TMA_TILES kernels, which every round takes where
+    /// 64 divides both K.
     tma: Option<(CudaFunction, [CudaFunction; 2])>,
 }
 
@@ -238,7 +239,7 @@ impl Gpu {
         let at = tile_for(pairs, ne, h, f);
         let ((gate_up_k, down_k), tile) = (&k.gemm[at], TILES[at]);
         let (mut bm, smem) = (tile.rows, tile.smem());
-        let tma = match (&k.tma, at < NARROW && h % 64 == 0 && f % 64 == 0 && s.sorted != 0) {
+        let tma = match (&k.tma, h % 64 == 0 && f % 64 == 0 && s.sorted != 0) {
             (Some((gather, kernels)), true) => {
                 let i = usize::from(pairs >= TMA_TALL_ROWS * ne);
                 bm = TMA_TILES[i].1;
@@ -287,7 +288,7 @@ impl Gpu {
         self.launch(&self.f.moe.combine, (rows, h.div_ceil(256), 1), 256, 0, &combine)
     }
 
-    /// The grouped GEMMs of a wide round on the TMA + wgmma family: the rows gathered in expert order, then gate and
+    /// The grouped GEMMs of a round on the TMA + wgmma family: the rows gathered in expert order, then gate and
     /// up with the SwiGLU, then down, each kernel's persistent CTAs walking the round's (tile, column tile) units.
     fn moe_tma(
         &self,
