@@ -1,5 +1,7 @@
 //! The runtime on a GPU: concurrent equals solo, resumed equals fresh, and drafted equals plain with a draft model
 //! (the server's drafts tests, run with TF_TEST_DEVICE=cuda, draft from each lane's own text). Every test skips with a one-line reason where no GPU is found.
+//! The checkpoint is a seeded Qwen2 unless TF_TEST_ARCH names another of `common::cuda`'s (qwen3_moe, mixtral,
+//! qwen3_next), so the same equalities hold for experts and hybrids.
 
 mod common;
 
@@ -74,7 +76,12 @@ async fn collect(runtime: &Runtime, req: ValidRequest) -> Vec<u32> {
     ids
 }
 
-/// The runtime over a seeded Qwen2 checkpoint on the GPU, with a prefix cache of `cache_tokens` positions.
+/// The architecture of the checkpoints the runtime serves.
+fn arch() -> String {
+    std::env::var("TF_TEST_ARCH").unwrap_or_else(|_| "qwen2".into())
+}
+
+/// The runtime over a seeded checkpoint on the GPU, with a prefix cache of `cache_tokens` positions.
 async fn cuda_runtime(dev: &CudaDevice, cache_tokens: usize) -> Runtime {
     drafting_runtime(dev, cache_tokens, 0, None).await
 }
@@ -98,14 +105,14 @@ async fn lent_runtime(
     draft_seed: Option<u64>,
     kv: (usize, Option<Lent>),
 ) -> Runtime {
-    let dir = checkpoint("qwen2", 30);
+    let dir = checkpoint(&arch(), 30);
     let sizing = Sizing { max_tokens: 64, max_lanes: 8, context: 512 };
     let spec =
         |name: &str, kind| ModelSpec { name: name.into(), kind, context: 512, weight_bytes: 0, activation_bytes: 0 };
     let mut specs =
         vec![spec("qwen2", ModelKind::Tokens { engine: Box::new(load(dev, dir.path(), sizing)), codec: None })];
     if let Some(seed) = draft_seed {
-        let engine = Box::new(load(dev, checkpoint("qwen2", seed).path(), sizing));
+        let engine = Box::new(load(dev, checkpoint(&arch(), seed).path(), sizing));
         specs.push(spec("qwen2 (draft)", ModelKind::Draft { engine, target: "qwen2".into() }));
     }
     let cfg = RuntimeConfig {

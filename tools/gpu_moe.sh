@@ -31,6 +31,8 @@ if wants tests; then
     tests cuda-hybrid-tests
     tests attention-tests
     tests cuda-runtime-tests
+    tests cuda-runtime-tests TF_TEST_ARCH=qwen3_moe
+    tests cuda-runtime-tests TF_TEST_ARCH=mixtral
     tests gemm-tests
     tests cuda-tests
     cat "$OUT/tests.txt"

@@ -23,6 +23,10 @@ fi
 echo "== cuda-hybrid-tests at $(elapsed) s" | tee "$OUT/tests.txt"
 TF_CUDA_WIDE_DECODE=1 timeout 200 .device/cuda-hybrid-tests --test-threads 1 2>&1 |
     grep -E "^test |test result|skipped|panicked|differs|agreed" | tee -a "$OUT/tests.txt"
+# The runtime's equalities (and KV in lent memory) on a hybrid checkpoint.
+echo "== cuda-runtime-tests on qwen3_next at $(elapsed) s" | tee -a "$OUT/tests.txt"
+TF_TEST_ARCH=qwen3_next timeout 200 .device/cuda-runtime-tests --test-threads 1 2>&1 |
+    grep -E "^test |test result|skipped|panicked|differs" | tee -a "$OUT/tests.txt"
 if [[ ! -f "$CKPT/tokenizer.json" ]]; then
     # The machine's disk holds one such checkpoint: other benchmark checkpoints, and a partial one, go first.
     find "$(dirname "$CKPT")" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + 2>/dev/null
