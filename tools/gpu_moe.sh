@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device-tool command for the experts on the GPU (issue 37): the CUDA tests of every part the experts touch, the
 # grouped-GEMM microbenchmark against torch's (tools/moe_bench.py), the Qwen3-30B-A3B shape in bf16 made here, the
-# engine alone at 1 lane with RoPE inside attention and without, an ncu breakdown of a batch-1 step, the engine at 1, 64
-# and 256 lanes after 512 tokens and a 2,048-token prompt, beside the torch grouped-GEMM peer (tools/torch_moe.py)
-# in the same command; results in $OUT.
+# engine alone at 1 and 4 lanes with the experts' split decode tiles (TF_CUDA_MOE_SPLIT) and without and at 1 with
+# RoPE inside attention, an ncu breakdown of a batch-1 step, and the engine at 1, 64 and 256 lanes after 512 tokens
+# and a 2,048-token prompt beside the torch grouped-GEMM peer (tools/torch_moe.py) in the same command; results in
+# $OUT.
 #
 # Usage (after `bash tools/device_build.sh` here, binaries gzipped in .device/, and .device carried):
 #     bash tools/gpu_moe.sh [SECONDS] [LAYERS]
@@ -28,6 +29,7 @@ if wants tests; then
             grep -E "^test |test result|skipped|panicked|differs|agreed" >> "$OUT/tests.txt"
     }
     tests cuda-moe-tests
+    tests cuda-moe-tests TF_CUDA_MOE_SPLIT=1
     tests cuda-hybrid-tests
     tests attention-tests
     tests cuda-runtime-tests
@@ -57,7 +59,10 @@ engine() {
         --decode-tokens 32 --lanes "$lanes" --repeats 2 2>&1 | grep -iE "tok_s|error" | tail -3 | tee -a "$OUT/engine.txt"
 }
 if wants ab; then
-    engine plain 1
+    for lanes in 1 4; do
+        engine plain "$lanes"
+        engine moe-split "$lanes" TF_CUDA_MOE_SPLIT=1
+    done
     engine fused-rope 1 TF_CUDA_FUSE_ROPE=1
 fi
 if wants ncu && (( $(left) > 90 )); then

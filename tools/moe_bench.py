@@ -22,7 +22,8 @@ from gemm_cuda import Cuda  # noqa: E402
 
 SOURCES = ["kernels/cuda/moe.cu", "kernels/cuda/gemm_tma.cu"]
 # (kernel, rows, columns, stages): moe.rs's TMA_TILES, in gemm_tma.cu's part 3.
-TMA_TILES = [("moe_tma_64x256", 64, 256, 5), ("moe_tma_128x256", 128, 256, 4)]
+TMA_TILES = [("moe_tma_128x256", 128, 256, 4), ("moe_tma_64x256", 64, 256, 5), ("moe_tma_64x128", 64, 128, 9),
+             ("moe_tma_64x64", 64, 64, 14)]
 # (name, experts, top_k, hidden, expert intermediate size)
 SHAPES = [
     ("qwen3-30b-a3b", 128, 8, 2048, 768),

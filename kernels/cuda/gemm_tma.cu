@@ -505,8 +505,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x128_k(TMA_PARA
         NAME(TMA_PARAMS, const u32* offsets, const u32* tile_start, int ne) {                                        \
         gemm_tma<BM, BN, WN, 1, STAGES, 1, 1, false, false, true>(TMA_ARGS, offsets, tile_start, ne);                 \
     }
-MOE_TMA(moe_tma_64x256, 64, 256, 128, 5)
 MOE_TMA(moe_tma_128x256, 128, 256, 256, 4)
+MOE_TMA(moe_tma_64x256, 64, 256, 128, 5)
+MOE_TMA(moe_tma_64x128, 64, 128, 64, 9)
+MOE_TMA(moe_tma_64x64, 64, 64, 32, 14)
 #endif
 #if defined(GEMM_TMA_ALL) && !defined(TMA_PART)
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x256_k(TMA_PARAMS) { gemm_tma<128, 256, 256, 1, 4, 1, 1, false, true>(TMA_ARGS); }

@@ -54,6 +54,7 @@ const OLDER: KernelOptions = KernelOptions {
     family: false,
     wide_decode: true,
     wg_prompt: false,
+    moe_split: false,
 };
 
 #[test]

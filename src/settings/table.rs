@@ -229,6 +229,12 @@ pub static SETTINGS: &[Setting] = &[
         ..row(Key::CudaWgPrompt, None, Some("TF_CUDA_WG_PROMPT"), Kind::Switch, Scope::Env)
     },
     Setting {
+        default: Some("0"),
+        help: "decode rounds of experts split their TMA column tiles so every SM streams weights; same bits",
+        only: Only::Cuda,
+        ..row(Key::CudaMoeSplit, None, Some("TF_CUDA_MOE_SPLIT"), Kind::Switch, Scope::Env)
+    },
+    Setting {
         default: Some("1"),
         help: "mixture-of-experts and hybrid layers run on the GPU's kernels; off, CUDA refuses such models",
         only: Only::Cuda,

@@ -160,6 +160,8 @@ pub struct KernelOptions {
     /// Prompt rounds of head size 128 over pages of 16 positions attend on wgmma with TMA (attention_wg.cu) on an
     /// sm_90a GPU, with the same bits.
     pub wg_prompt: bool,
+    /// Decode rounds of experts split their TMA column tiles until every SM streams weights (moe.rs), same bits.
+    pub moe_split: bool,
 }
 
 impl Default for KernelOptions {
@@ -171,6 +173,7 @@ impl Default for KernelOptions {
             family: true,
             wide_decode: true,
             wg_prompt: true,
+            moe_split: false,
         }
     }
 }
@@ -269,7 +272,7 @@ impl Gpu {
             snac_depthwise: load("snac_depthwise")?,
             snac_conv_gemm: load("snac_conv_gemm")?,
             snac_conv_rows: load("snac_conv_rows")?,
-            moe: moe::MoeKernels::load(&kernels, options.family && arch == "sm_90a")?,
+            moe: moe::MoeKernels::load(&kernels, options.family && arch == "sm_90a", options.moe_split)?,
             deltanet: deltanet::DeltaNetKernels::load(&kernels)?,
             overlap: major >= 9 && options.overlap,
         };

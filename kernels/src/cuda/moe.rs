@@ -48,10 +48,29 @@ const NARROW: usize = 2;
 const NARROW_ROWS: usize = 32;
 
 /// The TMA + wgmma grouped kernels (moe_tma_* in gemm_tma.cu): (name, tile rows, tile columns, stages).
-const TMA_TILES: [(&str, usize, usize, usize); 2] = [("moe_tma_64x256", 64, 256, 5), ("moe_tma_128x256", 128, 256, 4)];
+type TmaTile = (&'static str, usize, usize, usize);
+
+const TMA_TILES: [TmaTile; 4] = [
+    ("moe_tma_128x256", 128, 256, 4),
+    ("moe_tma_64x256", 64, 256, 5),
+    ("moe_tma_64x128", 64, 128, 9),
+    ("moe_tma_64x64", 64, 64, 14),
+];
 
 /// Rounds whose experts serve at least this many rows on average take the TMA kernels' 128-row tiles.
 const TMA_TALL_ROWS: usize = 256;
+
+/// The TMA_TILES a round of `pairs` pairs over `ne` experts takes for a GEMM of `n` columns an expert on `sms`
+/// SMs: 128-row tiles where experts serve many rows, else the widest 64-row tile whose units still fill the SMs (a
+/// decode round's few experts split into narrower column tiles, so that every SM streams weights).
+fn tma_tile(pairs: usize, ne: usize, n: usize, sms: usize) -> usize {
+    if pairs >= TMA_TALL_ROWS * ne {
+        return 0;
+    }
+    // At most this many row tiles: one an expert chosen, each serving at most 64 rows here on average.
+    let tiles = pairs.min(ne).max(pairs.div_ceil(64));
+    (1..TMA_TILES.len()).find(|&i| tiles * n.div_ceil(TMA_TILES[i].2) >= sms).unwrap_or(TMA_TILES.len() - 1)
+}
 
 pub(super) struct MoeKernels {
     logits: CudaFunction,
@@ -62,11 +81,13 @@ pub(super) struct MoeKernels {
     combine: CudaFunction,
     /// On sm_90a with the Hopper family on: the row gather and the TMA_TILES kernels, which every round takes where
     /// 64 divides both K.
-    tma: Option<(CudaFunction, [CudaFunction; 2])>,
+    tma: Option<(CudaFunction, [CudaFunction; 4])>,
+    /// Whether decode rounds take the narrower TMA column tiles (`KernelOptions::moe_split`).
+    split: bool,
 }
 
 impl MoeKernels {
-    pub(super) fn load(kernels: &Kernels, hopper: bool) -> Result<MoeKernels, GpuError> {
+    pub(super) fn load(kernels: &Kernels, hopper: bool, split: bool) -> Result<MoeKernels, GpuError> {
         let load = |name: &str| kernels.function(name);
         let attr = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         let mut gemm = Vec::with_capacity(TILES.len());
@@ -82,15 +103,15 @@ impl MoeKernels {
         let tma = match hopper {
             false => None,
             true => {
-                let [a, b] = TMA_TILES.map(|(name, ..)| load(name));
-                let pair = [a?, b?];
-                for (f, (_, bm, bn, stages)) in pair.iter().zip(TMA_TILES) {
+                let [a, b, c, d] = TMA_TILES.map(|(name, ..)| load(name));
+                let all = [a?, b?, c?, d?];
+                for (f, (_, bm, bn, stages)) in all.iter().zip(TMA_TILES) {
                     f.set_attribute(attr, super::family::tma_smem(bm, bn, stages) as i32)?;
                 }
-                Some((load("moe_gather")?, pair))
+                Some((load("moe_gather")?, all))
             }
         };
-        Ok(MoeKernels { logits, route, plan, gemm, combine, tma })
+        Ok(MoeKernels { logits, route, plan, gemm, combine, tma, split })
     }
 }
 
@@ -241,9 +262,12 @@ impl Gpu {
         let (mut bm, smem) = (tile.rows, tile.smem());
         let tma = match (&k.tma, h % 64 == 0 && f % 64 == 0 && s.sorted != 0) {
             (Some((gather, kernels)), true) => {
-                let i = usize::from(pairs >= TMA_TALL_ROWS * ne);
+                // Without the split, a round's units only need to exist: one SM is enough.
+                let sms = if k.split { self.sms } else { 1 };
+                let [i, j] = [2 * f, h].map(|n| tma_tile(pairs, ne, n, sms));
+                // Both GEMMs' row tiles are the plan's: the 128-row tile is taken by both or by neither.
                 bm = TMA_TILES[i].1;
-                Some((gather, &kernels[i], TMA_TILES[i]))
+                Some((gather, [(&kernels[i], TMA_TILES[i]), (&kernels[j], TMA_TILES[j])]))
             }
             _ => None,
         };
@@ -254,8 +278,8 @@ impl Gpu {
             .chain([Arg::Ptr(s.offsets), Arg::Ptr(s.tile_start), Arg::Ptr(s.slot_row), Arg::Ptr(s.pair_slot)])
             .collect();
         self.launch(&k.plan, (1, 1, 1), 1024, (4 * (ne + 1)) as u32, &plan)?;
-        if let Some((gather, kernel, tile)) = tma {
-            self.moe_tma(w, s, normed, (pairs, h), (gather, kernel, tile))?;
+        if let Some((gather, kernels)) = tma {
+            self.moe_tma(w, s, normed, (pairs, h), gather, kernels)?;
             return self.moe_combine(s, (rows, h), top_k, delta, shared);
         }
         // Every expert's tiles fit in this many: each expert wastes less than one.
@@ -296,16 +320,17 @@ impl Gpu {
         s: &MoeScratch,
         normed: DevPtr,
         (pairs, h): (usize, usize),
-        (gather, kernel, (_, bm, bn, stages)): (&CudaFunction, &CudaFunction, (&str, usize, usize, usize)),
+        gather: &CudaFunction,
+        kernels: [(&CudaFunction, TmaTile); 2],
     ) -> Result<(), GpuError> {
         let (ne, f) = (w.experts, w.f);
         let int = |v: usize| Arg::Int(v as i32);
         let args = [Arg::Ptr(normed), Arg::Ptr(s.slot_row), int(h), Arg::Ptr(s.sorted)];
         self.launch(gather, (pairs, 1, 1), 256, 0, &args)?;
-        let smem = super::family::tma_smem(bm, bn, stages) as u32;
         // (A, its columns, W, its rows, C or 0, act or 0, N): gate and up, then down.
         let gemms = [(s.sorted, h, w.gate_up, ne * 2 * f, 0, s.act, 2 * f), (s.act, f, w.down, ne * h, s.out, 0, h)];
-        for (a, k, wt, w_rows, c, act, n) in gemms {
+        for ((a, k, wt, w_rows, c, act, n), (kernel, (_, bm, bn, stages))) in gemms.into_iter().zip(kernels) {
+            let smem = super::family::tma_smem(bm, bn, stages) as u32;
             let args = [
                 Arg::Map(self.tensor_map(a, pairs, k, bm)?),
                 Arg::Map(self.tensor_map(wt, w_rows, k, bn)?),
@@ -357,6 +382,18 @@ mod tests {
         assert!(moe_unfit(&MoeShape { top_k: 17, ..fit }).unwrap().contains("17 experts"));
         assert!(moe_unfit(&MoeShape { f: 100, ..fit }).unwrap().contains("100"));
         assert!(moe_unfit(&MoeShape { experts: 513, ..fit }).unwrap().contains("513 experts"));
+    }
+
+    #[test]
+    fn test_decode_rounds_split_the_tma_columns_until_every_sm_streams() {
+        // Qwen3-30B-A3B's experts (128 of gate and up 1,536 wide and down 2,048) on 132 SMs.
+        let names = |pairs: usize| [1536, 2048].map(|n| TMA_TILES[tma_tile(pairs, 128, n, 132)].0);
+        assert_eq!(names(8), ["moe_tma_64x64", "moe_tma_64x64"]);
+        assert_eq!(names(16), ["moe_tma_64x128", "moe_tma_64x128"]);
+        assert_eq!(names(32), ["moe_tma_64x256", "moe_tma_64x256"]);
+        assert_eq!(names(2048 * 8), ["moe_tma_64x256", "moe_tma_64x256"]);
+        assert_eq!(names(256 * 128), ["moe_tma_128x256", "moe_tma_128x256"]);
+        assert!(TMA_TILES.iter().all(|&(_, bm, bn, stages)| super::super::family::tma_smem(bm, bn, stages) <= 232448));
     }
 
     #[test]
