@@ -24,7 +24,7 @@ from gemm_cuda import Cuda  # noqa: E402
 NH, NKV, D, PAGE = 32, 8, 128, 16
 KV_DIM, WIDTH = NKV * D, (NH + 2 * NKV) * D
 SPLIT, GROUP_ROWS = 64, 16
-# gemm_tma.cu for the wgmma and TMA helpers of attention_wg.cu (TMA_PART 3: none of its GEMM kernels).
+# gemm_tma.cu for the wgmma and TMA helpers of attention_wg.cu (TMA_PART 3: only the experts' grouped kernels).
 SOURCES = ["kernels/cuda/gemm_tma.cu", "kernels/cuda/attention.cu", "kernels/cuda/attention_decode.cu",
            "kernels/cuda/attention_wg.cu"]
 # Shared memory of the wgmma prompt kernel (WG_SMEM in attention.rs).

@@ -475,7 +475,7 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
         bf16* act, float* ws, int* counters, int m, int n, int k, int group, int segs
 #define TMA_ARGS map_a, map_w, bias, c, act, ws, counters, m, n, k, group, segs
 // _s: segmented twins where acc and the running sum together fit the consumers' 232 registers; _k: split twins.
-// The engine compiles these in three programs side by side (TMA_PART 0, 1, 2); without TMA_PART all are built.
+// The engine compiles these in four programs side by side (TMA_PART 0 to 3); without TMA_PART all are built.
 #if !defined(TMA_PART) || TMA_PART == 0
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x256(TMA_PARAMS) { gemm_tma<128, 256, 256, 1, 4, 1, 1>(TMA_ARGS); }
 extern "C" __global__ void __launch_bounds__(384, 1) gemm_tma_128x224(TMA_PARAMS) { gemm_tma<128, 224, 224, 1, 5, 1, 1>(TMA_ARGS); }

@@ -162,8 +162,8 @@ pub struct MoeScratch {
 }
 
 impl MoeScratch {
-    /// Bytes of each buffer, in field order, for rounds of `rows` rows.
-    pub fn sizes(rows: usize, w: &MoeShape) -> [usize; 12] {
+    /// Bytes of each buffer, in field order, for rounds of `rows` rows; `sorted` only where the TMA kernels run.
+    pub fn sizes(rows: usize, w: &MoeShape, tma: bool) -> [usize; 12] {
         let pairs = rows * w.top_k;
         let per_expert = 4 * (w.experts + 1);
         [
@@ -177,7 +177,7 @@ impl MoeScratch {
             per_expert,
             4 * pairs,
             2 * pairs * w.f,
-            2 * pairs * w.h,
+            if tma { 2 * pairs * w.h } else { 0 },
             4 * pairs * w.h,
         ]
     }
@@ -220,6 +220,11 @@ pub fn moe_unfit(s: &MoeShape) -> Option<String> {
 }
 
 impl Gpu {
+    /// Whether rounds of experts of this shape run on the TMA kernels (sm_90a with the Hopper family on).
+    pub fn moe_takes_tma(&self, s: &MoeShape) -> bool {
+        self.f.moe.tma.is_some() && s.h.is_multiple_of(64) && s.f.is_multiple_of(64)
+    }
+
     /// out (rows, f32) = each row of `normed` (bf16) dotted with `gate` (h floats), a warp's sum in a fixed lane
     /// order: a shared expert's gate logit. It clears `s`'s first count, which `moe` clears again.
     pub fn moe_shared_gate(

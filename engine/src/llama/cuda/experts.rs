@@ -65,9 +65,9 @@ pub(super) fn scratch(
     rows: usize,
     shape: &MoeShape,
 ) -> Result<(MoeScratch, usize), LoadError> {
-    let sizes = MoeScratch::sizes(rows, shape);
+    let sizes = MoeScratch::sizes(rows, shape, gpu.moe_takes_tma(shape));
     let mut p: [DevPtr; 12] = [0; 12];
-    for (ptr, &bytes) in p.iter_mut().zip(&sizes) {
+    for (ptr, &bytes) in p.iter_mut().zip(&sizes).filter(|(_, &bytes)| bytes > 0) {
         *ptr = up.buffer(MemoryKind::Activations, bytes)?;
     }
     let [logits, experts, weights, local, pair_slot, counts, offsets, tile_start, slot_row, act, sorted, out] = p;
