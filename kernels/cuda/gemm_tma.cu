@@ -262,15 +262,10 @@ __device__ __forceinline__ void gemm_tma(const TmaMap& map_a, const TmaMap& map_
     // Tile um's first row and end, and the first row of W its columns from n0 take (grouped: its expert's).
     auto rows_of = [&](int um, int n0, int& m0, int& mend, int& w0) {
         if constexpr (GROUP) {
-            int lo = 0, hi = ne - 1;
-            while (lo < hi) {
-                const int mid = (lo + hi + 1) >> 1;
-                if ((int)tile_start[mid] <= um) lo = mid;
-                else hi = mid - 1;
-            }
-            m0 = (int)offsets[lo] + (um - (int)tile_start[lo]) * BM;
-            mend = (int)offsets[lo + 1];
-            w0 = lo * n + n0;
+            const int e = expert_of_tile(tile_start, ne, (u32)um);
+            m0 = (int)offsets[e] + (um - (int)tile_start[e]) * BM;
+            mend = (int)offsets[e + 1];
+            w0 = e * n + n0;
         } else {
             m0 = tile_m(um), mend = m, w0 = n0;
         }

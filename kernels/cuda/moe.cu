@@ -158,13 +158,7 @@ __device__ __forceinline__ void moe_gemm(const bf16* __restrict__ a, const u32* 
     start_next();
     const u32 tile = blockIdx.y;
     if (tile >= tile_start[ne]) return;
-    int lo = 0, hi = ne - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (tile_start[mid] <= tile) lo = mid;
-        else hi = mid - 1;
-    }
-    const int e = lo;
+    const int e = expert_of_tile(tile_start, ne, tile);
     const u32 first = offsets[e] + (tile - tile_start[e]) * BM;
     const int rows = min((int)(offsets[e + 1] - first), BM);
     const int n0 = blockIdx.x * BN, t = threadIdx.x;

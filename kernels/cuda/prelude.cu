@@ -49,6 +49,18 @@ __device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_g
 template <int N>
 __device__ __forceinline__ void async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
+// The expert whose row tiles hold `tile`: the last e of the ne with tile_start[e] <= tile (tile_start ascending from
+// zero, as moe_plan writes it), so an expert with no tiles is never the answer.
+__device__ __forceinline__ int expert_of_tile(const u32* tile_start, int ne, u32 tile) {
+    int lo = 0, hi = ne - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (tile_start[mid] <= tile) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 // Launches may overlap (programmatic dependent launch): every kernel calls wait_prior before it reads or
 // writes memory that earlier kernels use, and start_next once the next kernel may launch.
 __device__ __forceinline__ void wait_prior() {

@@ -18,11 +18,10 @@ pub const VOCAB: usize = 1000;
 
 /// The GPU, or `None` after printing why the test is skipped.
 pub fn gpu() -> Option<CudaDevice> {
-    let fetcher = tensorfold::settings::process_fetcher().expect("a cache directory");
-    // TF_CUDA_MOE_SPLIT=1 runs the tests on the experts' split decode tiles, which must keep every bit.
-    let mut options = CudaOptions::default();
-    options.kernels.moe_split = std::env::var("TF_CUDA_MOE_SPLIT").is_ok_and(|v| v == "1");
-    match CudaDevice::open(None, options, &fetcher) {
+    // The process's TF_CUDA_* settings pick the kernels (TF_CUDA_MOE_SPLIT=1, say), which must keep every bit.
+    let settings = tensorfold::settings::Settings::from_process(&[]).expect("the process's settings");
+    let fetcher = settings.fetcher().expect("a cache directory");
+    match CudaDevice::open(None, settings.cuda_options(), &fetcher) {
         Ok(dev) => Some(dev),
         Err(e) => {
             eprintln!("skipped: {e}");

@@ -87,6 +87,11 @@ pub(super) struct MoeKernels {
 }
 
 impl MoeKernels {
+    /// The gather and the TMA kernels, where rounds of experts with K of `h` and `f` take them.
+    fn tma_for(&self, h: usize, f: usize) -> Option<&(CudaFunction, [CudaFunction; 4])> {
+        self.tma.as_ref().filter(|_| h.is_multiple_of(64) && f.is_multiple_of(64))
+    }
+
     pub(super) fn load(kernels: &Kernels, hopper: bool, split: bool) -> Result<MoeKernels, GpuError> {
         let load = |name: &str| kernels.function(name);
         let attr = cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
@@ -222,7 +227,7 @@ pub fn moe_unfit(s: &MoeShape) -> Option<String> {
 impl Gpu {
     /// Whether rounds of experts of this shape run on the TMA kernels (sm_90a with the Hopper family on).
     pub fn moe_takes_tma(&self, s: &MoeShape) -> bool {
-        self.f.moe.tma.is_some() && s.h.is_multiple_of(64) && s.f.is_multiple_of(64)
+        self.f.moe.tma_for(s.h, s.f).is_some()
     }
 
     /// out (rows, f32) = each row of `normed` (bf16) dotted with `gate` (h floats), a warp's sum in a fixed lane
@@ -264,18 +269,14 @@ impl Gpu {
         // Which tiles the GEMMs take changes no bit: every shape sums an output in the same order.
         let at = tile_for(pairs, ne, h, f);
         let ((gate_up_k, down_k), tile) = (&k.gemm[at], TILES[at]);
-        let (mut bm, smem) = (tile.rows, tile.smem());
-        let tma = match (&k.tma, h % 64 == 0 && f % 64 == 0 && s.sorted != 0) {
-            (Some((gather, kernels)), true) => {
-                // Without the split, a round's units only need to exist: one SM is enough.
-                let sms = if k.split { self.sms } else { 1 };
-                let [i, j] = [2 * f, h].map(|n| tma_tile(pairs, ne, n, sms));
-                // Both GEMMs' row tiles are the plan's: the 128-row tile is taken by both or by neither.
-                bm = TMA_TILES[i].1;
-                Some((gather, [(&kernels[i], TMA_TILES[i]), (&kernels[j], TMA_TILES[j])]))
-            }
-            _ => None,
-        };
+        let tma = k.tma_for(h, f).filter(|_| s.sorted != 0).map(|(gather, kernels)| {
+            // Without the split, a round's units only need to exist: one SM is enough.
+            let sms = if k.split { self.sms } else { 1 };
+            let [i, j] = [2 * f, h].map(|n| tma_tile(pairs, ne, n, sms));
+            (gather, [(&kernels[i], TMA_TILES[i]), (&kernels[j], TMA_TILES[j])])
+        });
+        // The plan's row tiles are the GEMMs': the 128-row TMA tile is taken by both GEMMs or by neither.
+        let bm = tma.as_ref().map_or(tile.rows, |(_, [(_, (_, rows, ..)), _])| *rows);
         let plan =
             [Arg::Ptr(s.experts), Arg::Ptr(s.local), Arg::Ptr(s.counts), int(pairs), int(top_k), int(ne), int(bm)];
         let plan: Vec<Arg> = plan
@@ -292,10 +293,10 @@ impl Gpu {
         let gate_up = [Arg::Ptr(normed), Arg::Ptr(s.slot_row), Arg::Ptr(w.gate_up), Arg::Ptr(s.offsets)];
         let gate_up: Vec<Arg> =
             gate_up.into_iter().chain([Arg::Ptr(s.tile_start), int(ne), int(2 * f), int(h), Arg::Ptr(s.act)]).collect();
-        self.launch(gate_up_k, ((2 * f).div_ceil(tile.cols), tiles, 1), 128, smem, &gate_up)?;
+        self.launch(gate_up_k, ((2 * f).div_ceil(tile.cols), tiles, 1), 128, tile.smem(), &gate_up)?;
         let down = [Arg::Ptr(s.act), Arg::Ptr(w.down), Arg::Ptr(s.offsets), Arg::Ptr(s.tile_start)];
         let down: Vec<Arg> = down.into_iter().chain([int(ne), int(h), int(f), Arg::Ptr(s.out)]).collect();
-        self.launch(down_k, (h.div_ceil(tile.cols), tiles, 1), 128, smem, &down)?;
+        self.launch(down_k, (h.div_ceil(tile.cols), tiles, 1), 128, tile.smem(), &down)?;
         self.moe_combine(s, (rows, h), top_k, delta, shared)
     }
 
