@@ -1,12 +1,15 @@
 //! Qwen3-Next on a GPU (Gated DeltaNet layers, gated attention, experts beside a shared expert): agreement with the
 //! CPU path, and a row's bits whatever rows share its round, however its prompt is cut, and whether its prompt
-//! resumed from another lane's pages. Every test skips with a one-line reason where no GPU is found.
+//! resumed from another lane's pages; its MTP draft head against the CPU's, and a head row's bits among other
+//! lanes. Every test skips with a one-line reason where no GPU is found.
 
 mod common;
 
-use tensorfold_engine::boundary::{Engine, LaneStep, Logits};
+use tensorfold_engine::boundary::{Engine, KvPool, LaneRows, LaneStep, Logits};
+use tensorfold_engine::checkpoint::hf::HfCheckpoint;
 use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};
 use tensorfold_engine::llama::cuda::Sizing;
+use tensorfold_engine::llama::Llama;
 
 use common::cuda::{
     agrees_with_the_cpu, checkpoint, gpu, load, prompt_whole_equals_chunks, row_alone_equals_row_in_batches, same_bits,
@@ -65,10 +68,10 @@ fn test_a_hybrid_prompt_resumed_at_each_page_boundary_equals_it_fresh() {
 #[test]
 fn test_the_seeded_hybrid_checkpoints_run_on_the_cpu() {
     // The GPU tests above compare against this path, so the checkpoints must load and give finite logits here.
-    for arch in [ARCH, "qwen3_next_h256"] {
+    for arch in [ARCH, "qwen3_next_h256", "qwen3_next_mtp"] {
         let dir = checkpoint(arch, 140);
-        let ckpt = tensorfold_engine::checkpoint::hf::HfCheckpoint::open(dir.path()).unwrap();
-        let model = tensorfold_engine::llama::Llama::load(&ckpt).unwrap();
+        let model = Llama::load(&HfCheckpoint::open(dir.path()).unwrap()).unwrap();
+        assert_eq!(model.has_draft_head(), arch == "qwen3_next_mtp", "{arch}");
         let hybrid = model.config().hybrid.as_ref().expect("a hybrid config");
         assert_eq!(hybrid.num_linear(), 3);
         let mut seq = Sequence::new(&model, 64);
@@ -86,4 +89,91 @@ fn test_heads_of_256_agree_with_the_cpu_and_keep_a_row_its_bits_among_others() {
     let dir = checkpoint("qwen3_next_h256", 181);
     let mut model = load(&dev, dir.path(), Sizing { max_tokens: 512, max_lanes: 256, context: 256 });
     row_alone_equals_row_in_batches(&dev, &mut model, 70, &[2, 33, 256], 182);
+}
+
+/// Token ids the head picked, or its rows of logits.
+fn head(engine: &mut dyn Engine, pool: &mut KvPool, tokens: &[u32], start_pos: usize, logits: Logits) -> LaneRows {
+    let pages: Vec<u32> = (0..4).collect();
+    let lane = LaneStep { tokens, start_pos, pages: &pages, logits, keep: None };
+    engine.draft_head(pool, &[lane]).unwrap().remove(0)
+}
+
+/// The relative L2 distance of `got` from `want`.
+fn l2_gap(got: &[f32], want: &[f32]) -> f32 {
+    let err = got.iter().zip(want).map(|(a, b)| (a - b).powi(2)).sum::<f32>().sqrt();
+    err / want.iter().map(|b| b * b).sum::<f32>().sqrt()
+}
+
+#[test]
+fn test_the_draft_head_on_the_gpu_agrees_with_the_cpu_head() {
+    let Some(dev) = gpu() else { return };
+    let dir = checkpoint("qwen3_next_mtp", 190);
+    let mut on_gpu = load(&dev, dir.path(), Sizing { max_tokens: 64, max_lanes: 4, context: 64 });
+    let mut on_cpu = Llama::load(&HfCheckpoint::open(dir.path()).unwrap()).unwrap();
+    assert!(on_gpu.has_draft_head() && on_cpu.has_draft_head(), "the head was not loaded");
+    let mut gpu_pool = dev.kv_pool(&on_gpu, PAGE_TOKENS, 4).unwrap();
+    let mut cpu_pool = KvPool::new(on_cpu.kv_layout(PAGE_TOKENS), 4);
+    // The main pass over 40 tokens leaves their hidden states; token 40 is the lane's newest, not yet run.
+    let text = tokens(&mut Rng(191), 41);
+    let pages: Vec<u32> = (0..4).collect();
+    let main = || LaneStep { tokens: &text[..40], start_pos: 0, pages: &pages, logits: Logits::None, keep: None };
+    on_gpu.forward(&mut gpu_pool, &[main()]).unwrap();
+    on_cpu.forward(&mut cpu_pool, &[main()]).unwrap();
+    // The head in two steps, so the second reads the keys the first left: rows for tokens 1 to 40.
+    let vocab = VOCAB;
+    let mut rows = [Vec::new(), Vec::new()];
+    for (from, to) in [(0, 20), (20, 41)] {
+        let g = head(&mut on_gpu, &mut gpu_pool, &text[from..to], from, Logits::All);
+        let c = head(&mut on_cpu, &mut cpu_pool, &text[from..to], from, Logits::All);
+        rows[0].extend_from_slice(g.values().unwrap());
+        rows[1].extend_from_slice(c.values().unwrap());
+    }
+    assert_eq!(rows[0].len(), 40 * vocab);
+    for (r, (g, c)) in rows[0].chunks(vocab).zip(rows[1].chunks(vocab)).enumerate() {
+        let gap = l2_gap(g, c);
+        assert!(gap < 0.03, "head row {r}: relative logits error {gap}");
+    }
+    // A pick's own state: the head's next step reads what its last row left for position 40.
+    let last = &rows[1][39 * vocab..];
+    let pick = tensorfold_kernels::ops::argmax(last);
+    let runner_up = (0..vocab).filter(|&i| i != pick).map(|i| last[i]).fold(f32::MIN, f32::max);
+    if last[pick] - runner_up < 0.05 * last[pick].abs().max(1.0) {
+        eprintln!("skipped the guess's step: the CPU's pick after token 40 is a near tie");
+        return;
+    }
+    let g = head(&mut on_gpu, &mut gpu_pool, &text[39..41], 39, Logits::Argmax);
+    let c = head(&mut on_cpu, &mut cpu_pool, &text[39..41], 39, Logits::Argmax);
+    assert!(matches!((&g, &c), (LaneRows::Picks(a), LaneRows::Picks(b)) if a == b && b[0] == pick as u32));
+    let guess = [pick as u32];
+    let g = head(&mut on_gpu, &mut gpu_pool, &guess, 41, Logits::Last);
+    let c = head(&mut on_cpu, &mut cpu_pool, &guess, 41, Logits::Last);
+    let gap = l2_gap(g.values().unwrap(), c.values().unwrap());
+    assert!(gap < 0.03, "the step on the head's own guess: relative logits error {gap}");
+}
+
+#[test]
+fn test_a_draft_head_row_alone_equals_it_among_other_lanes() {
+    let Some(dev) = gpu() else { return };
+    let dir = checkpoint("qwen3_next_mtp", 200);
+    let mut model = load(&dev, dir.path(), Sizing { max_tokens: 256, max_lanes: 8, context: 64 });
+    let mut pool = dev.kv_pool(&model, PAGE_TOKENS, 32).unwrap();
+    let mut rng = Rng(201);
+    let texts: Vec<Vec<u32>> = (0..8).map(|_| tokens(&mut rng, 21)).collect();
+    let pages: Vec<Vec<u32>> = (0..8u32).map(|l| vec![2 * l, 2 * l + 1]).collect();
+    let lane = |l: usize, from: usize, to: usize, logits| LaneStep {
+        tokens: &texts[l][from..to],
+        start_pos: from,
+        pages: &pages[l],
+        logits,
+        keep: None,
+    };
+    let main: Vec<LaneStep> = (0..8).map(|l| lane(l, 0, 20, Logits::None)).collect();
+    model.forward(&mut pool, &main).unwrap();
+    // A catch-up over 20 tokens, then a one-token step, alone and beside the other lanes' same steps.
+    for (from, to) in [(0, 20), (20, 21)] {
+        let alone = model.draft_head(&mut pool, &[lane(3, from, to, Logits::All)]).unwrap().remove(0);
+        let all: Vec<LaneStep> = (0..8).map(|l| lane(l, from, to, Logits::All)).collect();
+        let among = model.draft_head(&mut pool, &all).unwrap().remove(3);
+        assert!(same_bits(alone.values().unwrap(), among.values().unwrap()), "head rows {from}..{to} among 8 lanes");
+    }
 }

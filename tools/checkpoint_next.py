@@ -142,10 +142,40 @@ def mtp_tensors(head, config):
     return {name: t.contiguous().clone() for name, t in out.items()}
 
 
-def add_mtp(out, model, seed):
+# Every block's output projection: zeroed, the block adds nothing to the residual stream.
+OUTPUTS = ("o_proj.weight", "out_proj.weight", "down_proj.weight", "down_proj")
+
+
+@torch.no_grad()
+def make_agreeing(model):
+    """Zeroes every block's output projection, so a position's logits follow from its own token alone: the model's
+    greedy next token is a function of the current one."""
+    for name, param in model.named_parameters():
+        if name.endswith(OUTPUTS):
+            param.zero_()
+
+
+@torch.no_grad()
+def agreeing_head(head, model):
+    """Makes the head's tensors guess what `make_agreeing`'s model picks: `fc` passes the normed embedding through
+    unscaled, its layer adds nothing, and its last norm is the model's."""
+    for name, tensor in head.items():
+        if name.endswith(OUTPUTS):
+            tensor.zero_()
+    fc, hidden = head["mtp.fc.weight"], model.config.hidden_size
+    fc.zero_()
+    fc[:, :hidden] = torch.eye(hidden, dtype=fc.dtype)
+    head["mtp.pre_fc_norm_embedding.weight"].zero_()
+    head["mtp.norm.weight"].copy_(model.model.norm.weight)
+
+
+def add_mtp(out, model, seed, agreeing=False):
     """Adds a seeded MTP head to a saved Qwen3-Next checkpoint, in the model's dtype: into its one file, or as a shard
-    of its own that the index names; and `num_nextn_predict_layers` to its config."""
+    of its own that the index names; and `num_nextn_predict_layers` to its config. `agreeing`: the head of
+    `agreeing_head`, for a model made by `make_agreeing`."""
     head = mtp_tensors(seeded_mtp(model.config, seed, model.dtype), model.config)
+    if agreeing:
+        agreeing_head(head, model)
     index = out / "model.safetensors.index.json"
     if index.exists():
         save_file(head, out / "model-mtp.safetensors", metadata={"format": "pt"})

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import transformers
 from checkpoint_moe import check_moe_layers, expert_layout, moe_shapes, router_gaps
-from checkpoint_next import add_mtp, bf16_errors, mtp_golden, next_shapes
+from checkpoint_next import add_mtp, bf16_errors, make_agreeing, mtp_golden, next_shapes
 from transformers import (
     AutoModelForCausalLM,
     LlamaConfig,
@@ -574,6 +574,12 @@ def main():
         help="write tokenizer.json and tokenizer_config.json; default: yes, but no for tiny shapes",
     )
     parser.add_argument("--init-device", help="where to initialise the weights; default: cuda if present, cpu for tiny")
+    parser.add_argument(
+        "--agreeing-head",
+        action="store_true",
+        help="Qwen3-Next: zero every block's output projection and make the MTP head guess the model's own picks, "
+        "so drafts are kept (for measuring what kept drafts gain)",
+    )
     args = parser.parse_args()
 
     tiny = args.shape.startswith("tiny-")
@@ -583,9 +589,13 @@ def main():
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     model = build_model(args.shape, dtype, args.seed, args.layers, init_device)
+    if args.agreeing_head:
+        if model.config.model_type != "qwen3_next":
+            parser.error("--agreeing-head needs a Qwen3-Next shape")
+        make_agreeing(model)
     save(model, args.out, args.max_shard_size, tiny)
     if model.config.model_type == "qwen3_next":
-        add_mtp(args.out, model, args.seed)
+        add_mtp(args.out, model, args.seed, args.agreeing_head)
     if args.tokenizer if args.tokenizer is not None else not tiny:
         write_tokenizer(args.out, SHAPES[args.shape][0], model.config)
     del model

@@ -75,6 +75,11 @@ impl Metrics {
         self.draft_head_tokens_total.fetch_add(drafted as u64, Ordering::Relaxed);
     }
 
+    /// Tokens models' own draft heads drafted.
+    pub fn head_drafts(&self) -> u64 {
+        self.draft_head_tokens_total.load(Ordering::Relaxed)
+    }
+
     /// Tokens drafted and tokens of drafts accepted.
     pub fn drafts(&self) -> (u64, u64) {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);

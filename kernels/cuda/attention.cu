@@ -100,11 +100,11 @@ __device__ __forceinline__ float fold(float run, float fa, float part, float fb)
 }
 
 // One split's softmax for this lane's two mma rows (sc in mma.sync's accumulator layout, keys s0 + 8 nt + 2 q + e):
-// mask past each row's position, scale, the split's max and exp and sum in lane order, P rounded to bf16 as the
-// A fragments of P V, and the factors that fold the split into the running state. Every kernel of rows calls it,
-// so a row's bits are the same in each.
-__device__ __forceinline__ void split_softmax(float (&sc)[8][4], const int (&prow)[2], u32 s0, int q, float scale,
-                                              const float (&big_m)[2], bool (&active)[2], float (&mt)[2],
+// mask keys before key0 and past each row's position, scale, the split's max and exp and sum in lane order, P
+// rounded to bf16 as the A fragments of P V, and the factors that fold the split into the running state. Every kernel
+// of rows calls it, so a row's bits are the same in each.
+__device__ __forceinline__ void split_softmax(float (&sc)[8][4], const int (&prow)[2], u32 s0, u32 key0, int q,
+                                              float scale, const float (&big_m)[2], bool (&active)[2], float (&mt)[2],
                                               float (&lt)[2], u32 (&pa)[4][4], float (&fa)[2], float (&fb)[2],
                                               float (&top)[2]) {
     const float inf = __int_as_float(0x7f800000);
@@ -117,7 +117,8 @@ __device__ __forceinline__ void split_softmax(float (&sc)[8][4], const int (&pro
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 float& v = sc[nt][2 * hr + e];
-                v = (int)(s0 + nt * 8 + 2 * q + e) <= prow[hr] ? v * scale : -inf;
+                const u32 key = s0 + nt * 8 + 2 * q + e;
+                v = key >= key0 && (int)key <= prow[hr] ? v * scale : -inf;
                 mt[hr] = fmaxf(mt[hr], v);
             }
         mt[hr] = fmaxf(mt[hr], __shfl_xor_sync(0xffffffffu, mt[hr], 1));
@@ -157,10 +158,11 @@ struct KvSpan {
     u64 page_stride, head_off;
 };
 
-// Queues async copies of the keys and values of split positions [s0, s0 + ATT_SPLIT) into a buffer, zeros past end,
-// by a block of ATT_WARPS warps; pages of a power of two positions are found with a shift and a mask.
+// Queues async copies of the keys and values of split positions [s0, s0 + ATT_SPLIT) into a buffer, zeros before
+// begin and from end, by a block of ATT_WARPS warps; pages of a power of two positions are found with a shift and a
+// mask.
 template <int D>
-__device__ __forceinline__ void stage_split(bf16* buf, const KvSpan& kv, u32 s0, u32 end) {
+__device__ __forceinline__ void stage_split(bf16* buf, const KvSpan& kv, u32 s0, u32 begin, u32 end) {
     constexpr int ST = D + 8, CH = D / 8, N = ATT_SPLIT * CH, THREADS = 32 * ATT_WARPS;
     const int pt = kv.page_tokens, sh = (pt & (pt - 1)) == 0 ? __ffs(pt) - 1 : -1;
     const u32 mask = (u32)pt - 1;
@@ -172,7 +174,7 @@ __device__ __forceinline__ void stage_split(bf16* buf, const KvSpan& kv, u32 s0,
         const u32 kp = s0 + t;
         bf16* kd = buf + t * ST + c * 8;
         bf16* vd = kd + ATT_SPLIT * ST;
-        if (kp < end) {
+        if (kp >= begin && kp < end) {
             const u32 page = sh >= 0 ? kv.pages[kp >> sh] : kv.pages[kp / pt];
             const u32 in_page = sh >= 0 ? kp & mask : kp % pt;
             const u64 at = (u64)page * kv.page_stride + kv.head_off + (u64)in_page * kv.kv_dim + c * 8;
@@ -192,6 +194,7 @@ __device__ __forceinline__ void stage_split(bf16* buf, const KvSpan& kv, u32 s0,
 // With `partial` (every group one row), block z runs splits z, z + gridDim.z, ... and stores each split's state;
 // the last of the row's blocks, counted in `tickets` (left zero), folds them. Otherwise one block folds as it goes.
 // A page holds `page_tokens` positions of every layer and is `page_stride` elements long; layer_off picks the layer.
+// Rows attend keys key0 to their position (a draft head's start at 1: its keys sit at their tokens' own slots).
 template <int D>
 __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restrict__ pos, const u32* __restrict__ groups,
                                const u32* __restrict__ page_table, const u32* __restrict__ table_off, bf16* kcache,
@@ -199,7 +202,7 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
                                int nh, int nkv, int page_tokens, u64 page_stride, u64 layer_off, float scale, int nsplit,
                                const u64* __restrict__ kv_off, const float* __restrict__ inv_freq,
                                const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
-                               int interleaved, int fuse_rope) {
+                               int interleaved, int fuse_rope, u32 key0) {
     constexpr int ST = D + 8, TILE = ATT_SPLIT * ST, NT = D / 8;
     start_next();
     wait_prior();
@@ -218,7 +221,7 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
     KvSpan kv = {kcache, vcache, page_table + table_off[row0], page_tokens, nkv * D, page_stride,
                  layer_off + (u64)kvh * D};
     // The first split's keys load while q is read, unless this block writes the newest key first.
-    if (!fuse_rope) stage_split<D>(stage, kv, first * ATT_SPLIT, min(last_p + 1, (first + 1) * ATT_SPLIT));
+    if (!fuse_rope) stage_split<D>(stage, kv, first * ATT_SPLIT, key0, min(last_p + 1, (first + 1) * ATT_SPLIT));
     if (fuse_rope) {
         // A decode round (one row per group): the block rotates the q heads itself, and the block that runs the
         // row's last split writes the new key and value, as qkv_rope_store would, before it stages them.
@@ -285,11 +288,12 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
     float big_m[2] = {-inf, -inf}, big_l[2] = {0.0f, 0.0f}, big_a[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j) big_a[j][0] = big_a[j][1] = big_a[j][2] = big_a[j][3] = 0.0f;
-    if (fuse_rope) stage_split<D>(stage, kv, first * ATT_SPLIT, min(last_p + 1, (first + 1) * ATT_SPLIT));
+    if (fuse_rope) stage_split<D>(stage, kv, first * ATT_SPLIT, key0, min(last_p + 1, (first + 1) * ATT_SPLIT));
     for (u32 s = first, it = 0; s < nsp; s += step, ++it) {
         const u32 s0 = s * ATT_SPLIT, nx = s + step;
         if (nx < nsp) {
-            stage_split<D>(stage + ((it + 1) & 1) * 2 * TILE, kv, nx * ATT_SPLIT, min(last_p + 1, (nx + 1) * ATT_SPLIT));
+            stage_split<D>(stage + ((it + 1) & 1) * 2 * TILE, kv, nx * ATT_SPLIT, key0,
+                           min(last_p + 1, (nx + 1) * ATT_SPLIT));
             async_wait<1>();
         } else {
             async_wait<0>();
@@ -327,7 +331,7 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
             float mt[2], lt[2], fa[2], fb[2], top[2];
             bool active[2];
             u32 pa[4][4];
-            split_softmax(sc, prow, s0, q, scale, big_m, active, mt, lt, pa, fa, fb, top);
+            split_softmax(sc, prow, s0, key0, q, scale, big_m, active, mt, lt, pa, fa, fb, top);
             const bf16* vrow = vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * ST + (lane >> 4) * 8;
 #pragma unroll
             for (int jp = 0; jp < NT / 2; ++jp) {
@@ -412,10 +416,10 @@ __device__ void attention_rows(const float* __restrict__ qkv, const u32* __restr
         const float* qkv, const u32* pos, const u32* groups, const u32* page_table, const u32* table_off,               \
         bf16* kcache, bf16* vcache, bf16* out, float* partial, u32* tickets, int nh, int nkv, int page_tokens,          \
         u64 page_stride, u64 layer_off, float scale, int nsplit, const u64* kv_off, const float* inv_freq,               \
-        const float* q_norm, const float* k_norm, float eps, int interleaved, int fuse_rope) {                          \
+        const float* q_norm, const float* k_norm, float eps, int interleaved, int fuse_rope, u32 key0) {              \
         attention_rows<D>(qkv, pos, groups, page_table, table_off, kcache, vcache, out, partial, tickets, nh, nkv,    \
                           page_tokens, page_stride, layer_off, scale, nsplit, kv_off, inv_freq, q_norm, k_norm, eps,   \
-                          interleaved, fuse_rope);                                                                     \
+                          interleaved, fuse_rope, key0);                                                               \
     }
 
 ATTENTION_KERNEL(32)

@@ -134,7 +134,7 @@ extern "C" __global__ void __launch_bounds__(160, 2) attention_wg_d128(
         float mt[2], lt[2], fa[2], fb[2], top[2];
         bool active[2];
         u32 pa[4][4];
-        split_softmax(sc, prow, s0, q, scale, big_m, active, mt, lt, pa, fa, fb, top);
+        split_softmax(sc, prow, s0, 0, q, scale, big_m, active, mt, lt, pa, fa, fb, top);
         // P V: the values' rows through ldmatrix (transposed), swizzled addresses, keys in k16 steps in order.
         const int vkey = (lane & 7) + ((lane >> 3) & 1) * 8, vdim = (lane >> 4) * 8;
 #pragma unroll

@@ -157,3 +157,53 @@ extern "C" __global__ void attention_output_gate(bf16* __restrict__ attn, const 
         attn[i] = f2bf(bf2f(attn[i]) / (1.0f + expf(-gate[i])));
     }
 }
+
+// The draft head (Qwen3-Next's MTP) reads each position's final hidden state, f32, h floats a position from float
+// `base` of its page's state. A row's 1 / rms with `eps`, by a block of 256: thread t sums elements t, t + 256, ...
+// in order, then the warps' sums in order.
+__device__ __forceinline__ float mtp_rms_inv(const float* x, int h, float eps, float* scratch) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < h; i += blockDim.x) ss = __fmaf_rn(x[i], x[i], ss);
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    float total = scratch[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); ++w) total += scratch[w];
+    __syncthreads();
+    return 1.0f / sqrtf(total / (float)h + eps);
+}
+
+// Entry i: x's row rows[i] (row i where rows is null), normed with w, becomes the hidden state of position at[i] of
+// the lane whose page table starts at table_off[i]. Grid (entries), 256 threads.
+extern "C" __global__ void __launch_bounds__(256) mtp_hidden_store(
+    const float* __restrict__ x, const u32* __restrict__ rows, const u32* __restrict__ at,
+    const u32* __restrict__ table_off, const u32* __restrict__ page_table, float* __restrict__ states,
+    u64 state_elems, u32 base, u32 p, const float* __restrict__ w, float eps, int h) {
+    __shared__ float scratch[32];
+    wait_prior();
+    start_next();
+    const u32 i = blockIdx.x, pos = at[i];
+    const float* src = x + (u64)(rows ? rows[i] : i) * h;
+    float* dst = states + page_table[table_off[i] + pos / p] * state_elems + base + (u64)(pos % p) * h;
+    const float inv = mtp_rms_inv(src, h, eps, scratch);
+    for (int c = threadIdx.x; c < h; c += blockDim.x) dst[c] = w[c] * (src[c] * inv);
+}
+
+// A head row's input: its token's embedding (x, f32) and the hidden state of position pos[r] (the one before the
+// token's), each normed with its own weights, joined as bf16 [embedding | hidden]. Grid (rows), 256 threads.
+extern "C" __global__ void __launch_bounds__(256) mtp_join(
+    const float* __restrict__ x, const u32* __restrict__ pos, const u32* __restrict__ table_off,
+    const u32* __restrict__ page_table, const float* __restrict__ states, u64 state_elems, u32 base, u32 p,
+    const float* __restrict__ w_embed, const float* __restrict__ w_hidden, float eps, int h, bf16* __restrict__ out) {
+    __shared__ float scratch[32];
+    wait_prior();
+    start_next();
+    const u32 r = blockIdx.x, at = pos[r];
+    const float* e = x + (u64)r * h;
+    const float* hid = states + page_table[table_off[r] + at / p] * state_elems + base + (u64)(at % p) * h;
+    bf16* dst = out + (u64)r * 2 * h;
+    const float ie = mtp_rms_inv(e, h, eps, scratch);
+    for (int c = threadIdx.x; c < h; c += blockDim.x) dst[c] = f2bf(w_embed[c] * (e[c] * ie));
+    const float ih = mtp_rms_inv(hid, h, eps, scratch);
+    for (int c = threadIdx.x; c < h; c += blockDim.x) dst[h + c] = f2bf(w_hidden[c] * (hid[c] * ih));
+}

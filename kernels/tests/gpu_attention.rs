@@ -1,7 +1,8 @@
 //! On a GPU: a query row's attention has the same bits however it is batched. A 32K prompt gives the same rows whole
 //! as in chunks of 7, 512 and 8,192, and as decoded one row at a time at sampled positions; a lane at 2K context
 //! gives the same row alone (split blocks) as among 255 other lanes (one block per row, and one warp per row and KV
-//! head) and among 63 (a few warps per row and KV head). Skips with a one-line reason where no GPU is found.
+//! head) and among 63 (a few warps per row and KV head). Rows that attend from key slot 1 (a draft head's) never read
+//! slot 0. Skips with a one-line reason where no GPU is found.
 
 mod common;
 
@@ -21,6 +22,8 @@ struct Bench {
     k: DevPtr,
     v: DevPtr,
     ptrs: Vec<DevPtr>,
+    /// The first key slot rows attend.
+    first_key: usize,
 }
 
 /// One call's rows: (lane's page table, position) each; rows of one lane at consecutive positions form groups.
@@ -38,7 +41,7 @@ impl Bench {
             let bits: Vec<u16> = values(seed, pages * PAGE * KV_DIM, 1.0).into_iter().map(bf16_bits).collect();
             g.upload(ptr, &bits).unwrap();
         }
-        Bench { g, k, v, ptrs: vec![] }
+        Bench { g, k, v, ptrs: vec![], first_key: 0 }
     }
 
     fn buffer<T>(&mut self, data: &[T]) -> DevPtr {
@@ -117,6 +120,7 @@ impl Bench {
             states: if states.is_some() { self.buffer(&vec![0f32; t * NH * nsplit * (D + 2)]) } else { 0 },
             states_bytes: t * NH * nsplit * (D + 2) * 4,
             ticket_rows: t,
+            first_key: self.first_key,
         };
         if states.is_some() {
             assert!(self.g.decode_chunks(&args) > 1, "a round of {t} rows spreads its rows over several warps");
@@ -215,4 +219,34 @@ fn test_a_lane_at_2k_alone_equals_itself_among_255_others() {
         let one = bench.attend(&lanes, &Round { rows: vec![narrow.rows[short]], group_rows }, true, true, None);
         assert!(got[short] == one[0], "a row of under 8 splits among 63 (room {room}) differs from it alone");
     }
+}
+
+#[test]
+fn test_rows_from_key_slot_1_never_read_slot_0() {
+    let Some(g) = open() else { return };
+    let pages = 64;
+    let mut bench = Bench::new(g.clone(), pages);
+    let lanes = tables(1, 1000, pages);
+    let group_rows = attention_group_rows(NH / NKV);
+    let rows = |from: usize, to: usize| Round { rows: (from..to).map(|p| (0, p as u32)).collect(), group_rows };
+    bench.first_key = 1;
+    let before = bench.attend(&lanes, &rows(1, 200), false, false, None);
+    // Slot 0's keys and values become NaN: a row that read them, even with weight 0, would turn NaN.
+    let slot0 = u64::from(lanes[0][0]) * (PAGE * KV_DIM * 2) as u64;
+    for ptr in [bench.k, bench.v] {
+        g.upload(ptr + slot0, &vec![0x7fc0u16; KV_DIM]).unwrap();
+    }
+    let after = bench.attend(&lanes, &rows(1, 200), false, false, None);
+    assert!(after == before, "rows from key slot 1 changed with slot 0's contents");
+    for p in [1, 2, 63, 64, 65, 199] {
+        for split in [true, false] {
+            let row = bench.attend(&lanes, &rows(p, p + 1), split, true, None);
+            assert!(row[0] == before[p - 1], "position {p} alone (split {split}) differs from it among the prompt");
+        }
+    }
+    let nan = |row: &[u16]| row.iter().any(|&b| b & 0x7f80 == 0x7f80 && b & 0x7f != 0);
+    assert!(!after.iter().any(|r| nan(r)), "a row from key slot 1 is NaN");
+    bench.first_key = 0;
+    let from_zero = bench.attend(&lanes, &rows(1, 2), false, false, None);
+    assert!(nan(&from_zero[0]), "a row from key slot 0 did not read slot 0, so this test shows nothing");
 }

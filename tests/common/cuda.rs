@@ -30,12 +30,15 @@ pub fn gpu() -> Option<CudaDevice> {
     }
 }
 
-/// The config of `arch`: a model type, or `qwen3_next_h256`, Qwen3-Next with the 80B shape's head size of 256.
+/// The config of `arch`: a model type, `qwen3_next_h256` (Qwen3-Next with the 80B shape's head size of 256) or
+/// `qwen3_next_mtp` (Qwen3-Next with its MTP draft head).
 pub fn config(arch: &str) -> Value {
     let (model_type, head_dim) = match arch {
         "qwen3_next_h256" => ("qwen3_next", 256),
+        "qwen3_next_mtp" => ("qwen3_next", 64),
         _ => (arch, 64),
     };
+    let mtp_layers = usize::from(arch == "qwen3_next_mtp");
     let arch = model_type;
     let mut c = json!({
         "model_type": arch, "vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 2048,
@@ -70,7 +73,7 @@ pub fn config(arch: &str) -> Value {
         c["norm_topk_prob"] = json!(true);
         c["decoder_sparse_step"] = json!(1);
         c["mlp_only_layers"] = json!([1]);
-        c["num_nextn_predict_layers"] = json!(0);
+        c["num_nextn_predict_layers"] = json!(mtp_layers);
     }
     if arch == "mixtral" {
         c["num_local_experts"] = json!(8);
@@ -103,6 +106,9 @@ pub fn checkpoint(arch: &str, seed: u64) -> tempfile::TempDir {
         ("model.norm.weight".into(), vec![h], one, 0.1),
         ("lm_head.weight".into(), vec![VOCAB, h], 0.0, 0.2),
     ];
+    if c["num_nextn_predict_layers"].as_u64().unwrap_or(0) > 0 {
+        shapes.extend(mtp_shapes(&c));
+    }
     for l in 0..n("num_hidden_layers") {
         let p = format!("model.layers.{l}");
         if arch == "qwen3_next" {
@@ -217,6 +223,26 @@ fn next_mixer_shapes(c: &Value, l: usize, p: &str) -> Vec<(String, Vec<usize>, f
     .into_iter()
     .map(|(m, shape, mean, std)| (format!("{p}.linear_attn.{m}"), shape, mean, std))
     .collect()
+}
+
+/// Qwen3-Next's MTP head: its input norms and `fc`, one gated attention layer with experts, its final norm.
+fn mtp_shapes(c: &Value) -> Vec<(String, Vec<usize>, f32, f32)> {
+    let h = c["hidden_size"].as_u64().unwrap() as usize;
+    let p = "mtp.layers.0";
+    let attention = (0..).find(|&l| c["layer_types"][l] == "full_attention").unwrap();
+    let mut out = next_mixer_shapes(c, attention, p);
+    out.extend(mlp_shapes(c, "qwen3_next", 0, p));
+    out.push(("mtp.fc.weight".into(), vec![h, 2 * h], 0.0, 0.06));
+    for norm in [
+        format!("{p}.input_layernorm.weight"),
+        format!("{p}.post_attention_layernorm.weight"),
+        "mtp.pre_fc_norm_embedding.weight".into(),
+        "mtp.pre_fc_norm_hidden.weight".into(),
+        "mtp.norm.weight".into(),
+    ] {
+        out.push((norm, vec![h], 0.0, 0.1));
+    }
+    out
 }
 
 /// A standard normal draw (Box-Muller).

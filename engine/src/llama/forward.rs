@@ -55,23 +55,28 @@ pub trait LlamaSteps {
 pub fn forward<S: LlamaSteps>(steps: &mut S, layers: usize) -> Result<(), S::Error> {
     steps.embed()?;
     for li in 0..layers {
-        steps.norm(li, LayerNorm::Input)?;
-        if steps.is_linear(li) {
-            steps.linear(li)?;
-        } else {
-            steps.qkv(li)?;
-            steps.rope_store(li)?;
-            steps.attend(li)?;
-            steps.o_proj(li)?;
-        }
-        steps.reduce()?;
-        steps.add()?;
-        steps.norm(li, LayerNorm::PostAttention)?;
-        steps.mlp(li)?;
-        steps.reduce()?;
-        steps.add()?;
+        layer(steps, li)?;
     }
     steps.logits()
+}
+
+/// Runs decoder layer `li` (a draft head's layer too) on the stream `steps` holds.
+pub fn layer<S: LlamaSteps>(steps: &mut S, li: usize) -> Result<(), S::Error> {
+    steps.norm(li, LayerNorm::Input)?;
+    if steps.is_linear(li) {
+        steps.linear(li)?;
+    } else {
+        steps.qkv(li)?;
+        steps.rope_store(li)?;
+        steps.attend(li)?;
+        steps.o_proj(li)?;
+    }
+    steps.reduce()?;
+    steps.add()?;
+    steps.norm(li, LayerNorm::PostAttention)?;
+    steps.mlp(li)?;
+    steps.reduce()?;
+    steps.add()
 }
 
 #[cfg(test)]

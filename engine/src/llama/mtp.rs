@@ -16,7 +16,7 @@ use tensorfold_kernels::Weight;
 
 use crate::boundary::{EngineError, KvPool, LaneRows, LaneStep, Logits};
 use crate::llama::cpu::{wanted_rows, Llama};
-use crate::llama::forward::{LayerNorm, LlamaSteps};
+use crate::llama::forward::{layer, LlamaSteps};
 
 /// The head's own tensors; its decoder layer sits after the main layers.
 pub(crate) struct MtpHead {
@@ -25,6 +25,37 @@ pub(crate) struct MtpHead {
     pub norm_embed: Vec<f32>,
     pub norm_hidden: Vec<f32>,
     pub norm: Vec<f32>,
+}
+
+/// Runs `run` over the head's rows of `lanes` (token j at position j - 1; a lane whose only token is at position 0
+/// has none), unless no lane has any, and gives each lane its rows: none for a lane without.
+pub(crate) fn on_head_rows<E>(
+    lanes: &[LaneStep],
+    vocab: usize,
+    run: impl FnOnce(&[LaneStep]) -> Result<Vec<LaneRows>, E>,
+) -> Result<Vec<LaneRows>, E> {
+    let rowless = |l: &LaneStep| l.tokens.len() <= usize::from(l.start_pos == 0);
+    let shifted: Vec<LaneStep> = lanes
+        .iter()
+        .filter(|l| !rowless(l))
+        .map(|l| {
+            let skip = usize::from(l.start_pos == 0);
+            let start_pos = (l.start_pos + skip).saturating_sub(1);
+            LaneStep { tokens: &l.tokens[skip..], start_pos, pages: l.pages, logits: l.logits, keep: None }
+        })
+        .collect();
+    let mut rows = match shifted.is_empty() {
+        true => Vec::new(),
+        false => run(&shifted)?,
+    }
+    .into_iter();
+    Ok(lanes
+        .iter()
+        .map(|l| match rowless(l) {
+            true => l.logits.take(&[], vocab),
+            false => rows.next().expect("a row set for each lane with rows"),
+        })
+        .collect())
 }
 
 impl Llama {
@@ -64,25 +95,10 @@ impl Llama {
 
     fn draft_on_pool(&self, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<LaneRows> {
         let head = self.mtp.as_ref().expect("the model has a draft head");
-        // A lane whose only token is at position 0 has no row.
-        let rowless = |l: &LaneStep| l.tokens.len() <= usize::from(l.start_pos == 0);
-        let shifted: Vec<LaneStep> = lanes
-            .iter()
-            .filter(|l| !rowless(l))
-            .map(|l| {
-                let skip = usize::from(l.start_pos == 0);
-                let start_pos = (l.start_pos + skip).saturating_sub(1);
-                LaneStep { tokens: &l.tokens[skip..], start_pos, pages: l.pages, logits: l.logits, keep: None }
-            })
-            .collect();
-        let mut rows = self.head_rows(head, pool, &shifted).into_iter();
-        lanes
-            .iter()
-            .map(|l| match rowless(l) {
-                true => l.logits.take(&[], self.config().vocab_size),
-                false => rows.next().expect("a row set for each lane with rows"),
-            })
-            .collect()
+        let Ok(rows) = on_head_rows(lanes, self.config().vocab_size, |shifted| {
+            Ok::<_, std::convert::Infallible>(self.head_rows(head, pool, shifted))
+        });
+        rows
     }
 
     fn head_rows(&self, head: &MtpHead, pool: &mut KvPool, lanes: &[LaneStep]) -> Vec<LaneRows> {
@@ -107,18 +123,7 @@ impl Llama {
             j[h..].copy_from_slice(b);
         }
         matmul_with(&joined, rows, &head.fc, &mut pass.x, self.activations());
-        let steps = |pass: &mut crate::llama::cpu::CpuPass| -> Result<(), std::convert::Infallible> {
-            pass.norm(li, LayerNorm::Input)?;
-            pass.qkv(li)?;
-            pass.rope_store(li)?;
-            pass.attend(li)?;
-            pass.o_proj(li)?;
-            pass.add()?;
-            pass.norm(li, LayerNorm::PostAttention)?;
-            pass.mlp(li)?;
-            pass.add()
-        };
-        let Ok(()) = steps(&mut pass);
+        let Ok(()) = layer(&mut pass, li);
         let mut normed = vec![0f32; pass.x.len()];
         ops::rms_norm(&pass.x, &head.norm, c.rms_eps, &mut normed);
         // Only the rows the lanes ask for go through the output head.

@@ -98,12 +98,15 @@ impl Gpu {
             Arg::Float(rope.map_or(0.0, |r| r.eps)),
             Arg::Int(rope.is_some_and(|r| r.interleaved) as i32),
             Arg::Int(rope.is_some() as i32),
+            Arg::Int(a.first_key as i32),
         ];
         let at = HEAD_DIMS.iter().position(|&d| d == a.head_dim).expect("a head size the attention kernels take");
-        if let (0, true, Some(decode)) = (a.partial, a.one_row_groups, &self.f.attention_decode) {
+        let from_zero = a.first_key == 0;
+        if let (0, true, true, Some(decode)) = (a.partial, a.one_row_groups, from_zero, &self.f.attention_decode) {
             let chunks = self.decode_chunks(a);
             // The row kernel's arguments with the group count for partial and the split ones moved to the end.
             let mut args = Vec::from(args);
+            args.pop();
             let nsplit = args.remove(16);
             args.remove(9);
             args[8] = Arg::Int(a.num_groups as i32);
@@ -114,7 +117,7 @@ impl Gpu {
             let kernel = &decode[at + if chunks > 1 { HEAD_DIMS.len() } else { 0 }];
             return self.launch(kernel, (blocks, 1, 1), block, decode_smem(a.head_dim), &args);
         }
-        if let (Some(wg), true) = (&self.f.attention_wg, rope.is_none() && self.wg_fits(a)) {
+        if let (Some(wg), true) = (&self.f.attention_wg, from_zero && rope.is_none() && self.wg_fits(a)) {
             let kv_dim = a.num_kv_heads * a.head_dim;
             // The cache as rows of kv_dim: a page's positions of a layer are consecutive rows.
             let kmap = self.tensor_map(a.kcache, WG_CACHE_ROWS, kv_dim, 16)?;
@@ -241,6 +244,8 @@ pub struct AttentionArgs {
     pub states: DevPtr,
     pub states_bytes: usize,
     pub ticket_rows: usize,
+    /// The first key slot rows attend (a draft head's keys start at 1); above 0 only `attention_d{D}` runs.
+    pub first_key: usize,
 }
 
 #[cfg(test)]

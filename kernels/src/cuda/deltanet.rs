@@ -17,6 +17,8 @@ pub(super) struct DeltaNetKernels {
     heads: [CudaFunction; 4],
     gated_norm: CudaFunction,
     output_gate: CudaFunction,
+    hidden_store: CudaFunction,
+    join: CudaFunction,
 }
 
 impl DeltaNetKernels {
@@ -32,6 +34,8 @@ impl DeltaNetKernels {
             ],
             gated_norm: load("deltanet_gated_norm")?,
             output_gate: load("attention_output_gate")?,
+            hidden_store: load("mtp_hidden_store")?,
+            join: load("mtp_join")?,
         })
     }
 }
@@ -85,7 +89,62 @@ pub struct DeltaNetRound {
     pub lane_table: DevPtr,
 }
 
+/// Where a hybrid's pages keep each position's final hidden state for its draft head: f32, `h` floats a position,
+/// from float `base` of a page's state.
+#[derive(Clone, Copy, Debug)]
+pub struct HiddenPlane {
+    pub states: DevPtr,
+    pub state_elems: usize,
+    pub base: usize,
+    pub page_tokens: usize,
+    pub h: usize,
+}
+
+/// u32 tables on the device naming positions of lanes: entry i is position `at[i]` of the lane whose page table
+/// starts at `table_off[i]` in `page_table`.
+#[derive(Clone, Copy, Debug)]
+pub struct PageRows {
+    pub at: DevPtr,
+    pub table_off: DevPtr,
+    pub page_table: DevPtr,
+}
+
 impl Gpu {
+    /// For `n` entries: x's row `rows[i]` (row i where `rows` is 0), normed with `w` and `eps`, becomes the hidden
+    /// state of the position entry i of `to` names.
+    pub fn mtp_hidden_store(
+        &self,
+        plane: &HiddenPlane,
+        to: &PageRows,
+        (x, rows, n): (DevPtr, DevPtr, usize),
+        (w, eps): (DevPtr, f32),
+    ) -> Result<(), GpuError> {
+        let int = |v: usize| Arg::Int(v as i32);
+        let args = [Arg::Ptr(x), Arg::Ptr(rows), Arg::Ptr(to.at), Arg::Ptr(to.table_off), Arg::Ptr(to.page_table)];
+        let tail =
+            [Arg::Ptr(plane.states), Arg::Ptr(plane.state_elems as u64), int(plane.base), int(plane.page_tokens)];
+        let norm = [Arg::Ptr(w), Arg::Float(eps), int(plane.h)];
+        self.launch(&self.f.deltanet.hidden_store, (n, 1, 1), 256, 0, &[&args[..], &tail, &norm].concat())
+    }
+
+    /// A draft head's input rows (bf16, `n` x 2h): row r's embedding in `x` normed with `w_embed`, then the hidden
+    /// state of the position row r of `from` names normed with `w_hidden`.
+    pub fn mtp_join(
+        &self,
+        plane: &HiddenPlane,
+        from: &PageRows,
+        (x, n): (DevPtr, usize),
+        (w_embed, w_hidden, eps): (DevPtr, DevPtr, f32),
+        out: DevPtr,
+    ) -> Result<(), GpuError> {
+        let int = |v: usize| Arg::Int(v as i32);
+        let args = [Arg::Ptr(x), Arg::Ptr(from.at), Arg::Ptr(from.table_off), Arg::Ptr(from.page_table)];
+        let tail =
+            [Arg::Ptr(plane.states), Arg::Ptr(plane.state_elems as u64), int(plane.base), int(plane.page_tokens)];
+        let norm = [Arg::Ptr(w_embed), Arg::Ptr(w_hidden), Arg::Float(eps), int(plane.h), Arg::Ptr(out)];
+        self.launch(&self.f.deltanet.join, (n, 1, 1), 256, 0, &[&args[..], &tail, &norm].concat())
+    }
+
     /// Writes each row's convolution inputs (`qkv`, f32) and gates (from `ba`, f32) to its page's row slot.
     pub fn deltanet_rows(
         &self,

@@ -22,7 +22,9 @@ pub use crate::cuda_pack::{gate_up_order, gemm_segments, pack_weight, packed_ind
 pub use attention::{attention_group_rows, AttentionArgs, QkvArgs, ATTENTION_SPLIT, HEAD_DIMS};
 pub use build::{compile_ptx, source, SOURCES};
 pub use conv::{ConvLaunch, Windows};
-pub use deltanet::{deltanet_unfit, DeltaNetLayer, DeltaNetRound, DELTANET_KEY_DIMS, DELTANET_MAX_VALUE_DIM};
+pub use deltanet::{
+    deltanet_unfit, DeltaNetLayer, DeltaNetRound, HiddenPlane, PageRows, DELTANET_KEY_DIMS, DELTANET_MAX_VALUE_DIM,
+};
 pub use family::{family_segments, family_workspace, GemmScratch, GEMM_COUNTERS, STREAM_ROWS};
 pub use gemm::NormIn;
 pub use moe::{moe_gate_up_order, moe_unfit, MoeScratch, MoeShape, MoeWeights, MOE_MAX_TOPK};
@@ -541,6 +543,7 @@ mod tests {
                 assert!(ptx.contains(".entry moe_gate_up_m16"), "PTX lacks the expert kernels");
                 assert!(ptx.contains(".entry deltanet_heads_k128"), "PTX lacks the linear-attention kernels");
                 assert!(ptx.contains(".entry attention_output_gate"), "PTX lacks the attention output gate");
+                assert!(ptx.contains(".entry mtp_join"), "PTX lacks the draft head's kernels");
                 assert!(ptx.contains(".entry attention_spread_d256"), "PTX lacks attention for heads of 256");
             }
             Err(GpuError::NoNvrtc) => eprintln!("skipped: no NVRTC library on this machine"),

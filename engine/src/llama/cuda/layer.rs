@@ -10,7 +10,7 @@ use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
 use crate::llama::load::grouped_rows;
-use crate::llama::walk::{ExpertMlp, LinearTensors, MatrixSpec, QkvzSpec};
+use crate::llama::walk::{ExpertMlp, LayerTensors, LinearTensors, MatrixSpec, QkvzSpec};
 use crate::llama::Loader;
 
 pub(super) struct GpuLayer {
@@ -66,16 +66,15 @@ pub(super) struct SharedWeights {
     pub f: usize,
 }
 
-/// Uploads layer `i` of the checkpoint.
+/// Uploads the layer whose tensors `t` names: one of the main layers, or a draft head's.
 pub(super) fn upload(
     up: &mut Uploader,
     ckpt: &dyn Checkpoint,
     ld: &Loader,
-    i: usize,
+    mut t: LayerTensors,
     c: &ModelConfig,
 ) -> Result<GpuLayer, LoadError> {
     let spec = |m: &MatrixSpec| read(ckpt, ld, &m.name, m.rows, m.cols);
-    let mut t = ld.layer_tensors(i, c)?;
     // A hybrid's norms scale by one plus their weight; the gated norm of its linear layers does not.
     let mut layer = GpuLayer {
         input_norm: up.vector(&c.centre_norm(std::mem::take(&mut t.input_norm)))?,

@@ -21,14 +21,18 @@ mod experts;
 mod hybrid;
 mod layer;
 mod logits;
+mod mtp;
 mod pack;
 mod queue;
+mod round;
 mod upload;
 
 use hybrid::HybridScratch;
 use layer::GpuLayer;
 use logits::{bring_back, KeepBuffers, RoundRows};
+use mtp::MtpWeights;
 use pack::read;
+use round::{fill, Geometry, MetaLayout};
 use upload::Uploader;
 
 /// A recorded round's row count, KV pool keys, values, recurrent state and page size, RoPE fusion and norm folding.
@@ -74,39 +78,8 @@ struct Scratch {
     moe: MoeScratch,
     /// A hybrid's buffers (linear layers, attention gates, shared experts).
     hybrid: HybridScratch,
-}
-
-/// Byte offsets of the per-round tables inside the meta buffer and its pinned host copy.
-#[derive(Clone, Copy)]
-struct MetaLayout {
-    tokens: usize,
-    pos: usize,
-    kv_off: usize,
-    table_off: usize,
-    rows: usize,
-    /// Attention row groups: first row and count, two u32 each.
-    groups: usize,
-    /// Per lane: its first row, start position, row count and page-table offset, four u32 each.
-    lanes: usize,
-    pages: usize,
-    end: usize,
-}
-
-impl MetaLayout {
-    fn new(s: &Sizing) -> MetaLayout {
-        let align = |n: usize| n.div_ceil(256) * 256;
-        let t = s.max_tokens;
-        let tokens = 0;
-        let pos = tokens + align(4 * t);
-        let kv_off = pos + align(4 * t);
-        let table_off = kv_off + align(8 * t);
-        let rows = table_off + align(4 * t);
-        let groups = rows + align(4 * t);
-        let lanes = groups + align(8 * t);
-        let pages = lanes + align(16 * s.max_lanes);
-        let end = pages + align(4 * s.max_lanes * s.context);
-        MetaLayout { tokens, pos, kv_off, table_off, rows, groups, lanes, pages, end }
-    }
+    /// A draft head's input rows (bf16, embedding ++ hidden state); 0 without a head.
+    joined: DevPtr,
 }
 
 /// Decode rounds of up to this many rows replay recorded graphs.
@@ -178,7 +151,10 @@ struct Net {
     gpu: Arc<Gpu>,
     sizing: Sizing,
     embed: DevPtr,
+    /// The main layers, then a draft head's.
     layers: Vec<GpuLayer>,
+    /// The draft head's own tensors, where the model has one.
+    mtp: Option<MtpWeights>,
     norm: DevPtr,
     lm_head: DevPtr,
     inv_freq: DevPtr,
@@ -242,9 +218,16 @@ impl CudaLlama {
         let embed = up.matrices(&[matrix(names::EMBED, c.vocab_size, h)?])?;
         let mut layers = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
-            layers.push(layer::upload(&mut up, ckpt, &ld, i, &c)?);
+            layers.push(layer::upload(&mut up, ckpt, &ld, ld.layer_tensors(i, &c)?, &c)?);
             progress(i + 1, c.num_layers);
         }
+        let mtp = match mtp::upload(&mut up, ckpt, &ld, &c)? {
+            Some((head_layer, weights)) => {
+                layers.push(head_layer);
+                Some(weights)
+            }
+            None => None,
+        };
         let norm = up.vector(&c.centre_norm(ld.vector(names::NORM, h)?))?;
         let lm_head = match ld.lm_head(&c) {
             None => embed,
@@ -297,6 +280,9 @@ impl CudaLlama {
         shared.upload(tickets, &zeros).map_err(gpu_err)?;
         let mut shapes = vec![(width, h), (h, q_dim), (2 * f, h), (h, f), (c.vocab_size, h)];
         shapes.extend(hybrid::gemm_shapes(&c));
+        if mtp.is_some() {
+            shapes.push((h, 2 * h));
+        }
         let natural = shapes.iter().filter(|&&(n, k)| shared.natural(n, k));
         let ws_floats = natural.map(|&(n, k)| family_workspace(n, k)).max().unwrap_or(0);
         let gemm_bytes = match ws_floats {
@@ -317,6 +303,8 @@ impl CudaLlama {
             None => (MoeScratch::default(), 0),
         };
         let (hybrid, hybrid_bytes) = hybrid::scratch(&mut up, &c, t)?;
+        let joined_bytes = if mtp.is_some() { 4 * t * h } else { 0 };
+        let joined = if mtp.is_some() { up.buffer(act, joined_bytes)? } else { 0 };
         let scratch = Scratch {
             x,
             x_spare,
@@ -337,6 +325,7 @@ impl CudaLlama {
             gemm,
             moe,
             hybrid,
+            joined,
         };
         let staging_bytes = meta.end + 4 * t * c.vocab_size;
         let staging =
@@ -347,8 +336,10 @@ impl CudaLlama {
             + staging_bytes
             + gemm_bytes
             + moe_bytes
-            + hybrid_bytes;
-        let net = Net { cfg: c, gpu, sizing, embed, layers, norm, lm_head, inv_freq, scratch, meta, collective: None };
+            + hybrid_bytes
+            + joined_bytes;
+        let net =
+            Net { cfg: c, gpu, sizing, embed, layers, mtp, norm, lm_head, inv_freq, scratch, meta, collective: None };
         let graphs = HashMap::new();
         Ok(CudaLlama { net, staging, graphs, options, weight_bytes, activation_bytes, _held: up.held })
     }
@@ -391,14 +382,9 @@ impl CudaLlama {
         if lanes.iter().any(|l| l.logits == Logits::Hidden) {
             return Err(EngineError::Sizing("the CUDA engine does not return hidden states".into()));
         }
+        let cache = self.caches(pool, lanes.len())?;
         let (net, options) = (&self.net, self.options);
-        let (c, s, g) = (&net.cfg, &net.scratch, &*net.gpu);
-        let sizing_err = |m: &str| EngineError::Sizing(m.to_string());
-        let [kcache, vcache] = pool.device_ptrs().ok_or_else(|| sizing_err("the KV pool is not on the GPU"))?;
-        let layout = pool.layout();
-        let pt = layout.page_tokens;
-        let kv_dim = layout.kv_dim();
-        let page_stride = layout.page_elems() as u64;
+        let (c, g) = (&net.cfg, &*net.gpu);
         let t: usize = lanes.iter().map(|l| l.tokens.len()).sum();
         if t == 0 || t > net.sizing.max_tokens || lanes.len() > net.sizing.max_lanes {
             return Err(EngineError::Sizing(format!(
@@ -407,79 +393,71 @@ impl CudaLlama {
                 net.sizing
             )));
         }
-        let staging = &mut self.staging;
-        let bytes = staging.as_bytes_mut();
         let m = net.meta;
-        let (mut row, mut num_pages, mut logit_rows) = (0usize, 0usize, Vec::new());
-        // Attention takes each lane's rows in groups of consecutive positions; in split rounds, one row each.
-        let per_group = if t <= SPLIT_ROWS { 1 } else { attention_group_rows(c.num_heads / c.num_kv_heads) };
-        let mut num_groups = 0usize;
-        for (lane_index, lane) in lanes.iter().enumerate() {
-            for first in (row..row + lane.tokens.len()).step_by(per_group) {
-                let count = per_group.min(row + lane.tokens.len() - first);
-                put(bytes, m.groups + 8 * num_groups, &(first as u32).to_le_bytes());
-                put(bytes, m.groups + 8 * num_groups + 4, &(count as u32).to_le_bytes());
-                num_groups += 1;
-            }
-            if num_pages + lane.pages.len() > net.sizing.max_lanes * net.sizing.context {
-                return Err(sizing_err("the round's page tables exceed the sizing"));
-            }
-            let entry = [row, lane.start_pos, lane.tokens.len(), num_pages].map(|v| v as u32);
-            for (i, v) in entry.iter().enumerate() {
-                put(bytes, m.lanes + 16 * lane_index + 4 * i, &v.to_le_bytes());
-            }
-            for (i, &p) in lane.pages.iter().enumerate() {
-                put(bytes, m.pages + 4 * (num_pages + i), &p.to_le_bytes());
-            }
-            for (i, &tok) in lane.tokens.iter().enumerate() {
-                let pos = lane.start_pos + i;
-                let page =
-                    *lane.pages.get(pos / pt).ok_or_else(|| sizing_err("a lane's pages do not cover its positions"))?;
-                let off = page as u64 * page_stride + ((pos % pt) * kv_dim) as u64;
-                put(bytes, m.tokens + 4 * row, &tok.to_le_bytes());
-                put(bytes, m.pos + 4 * row, &(pos as u32).to_le_bytes());
-                put(bytes, m.kv_off + 8 * row, &off.to_le_bytes());
-                put(bytes, m.table_off + 4 * row, &(num_pages as u32).to_le_bytes());
-                if i + lane.logits.rows(lane.tokens.len()) >= lane.tokens.len() {
-                    put(bytes, m.rows + 4 * logit_rows.len(), &(row as u32).to_le_bytes());
-                    logit_rows.push(row);
-                }
-                row += 1;
-            }
-            num_pages += lane.pages.len();
-        }
+        let bytes = self.staging.as_bytes_mut();
+        let f = fill(bytes, &m, lanes, net.geometry(&cache, t), false)?;
         let e = EngineError::from;
         g.bind().map_err(e)?;
-        // SAFETY: the staging bytes are pinned, and stay borrowed and unchanged until the sync below.
-        unsafe { g.upload_async(s.meta, &bytes[..m.pages + 4 * num_pages]).map_err(e)? };
-        let n = logit_rows.len();
-        let states = pool.device_states().unwrap_or(0);
-        if layout.state_elems > 0 && states == 0 {
-            return Err(sizing_err("the KV pool has no recurrent state on the GPU"));
-        }
-        let (page_tokens, state_elems) = (pt, layout.state_elems);
-        let cache = Caches { k: kcache, v: vcache, page_tokens, page_stride, states, state_elems, lanes: lanes.len() };
+        // SAFETY: the staging bytes are pinned, and stay borrowed and unchanged until the sync in `bring_back`.
+        unsafe { g.upload_async(net.scratch.meta, &bytes[..f.upload_bytes(&m)]).map_err(e)? };
+        let (n, groups) = (f.logit_rows, f.groups);
         // A decode round's launches depend only on its row count and the pool's addresses and page size: a graph replays them.
         let decode = lanes.iter().all(|l| l.tokens.len() == 1);
         // RoPE inside attention rotates whole heads only.
         let fuse_rope = decode && options.fuse_rope && c.rotary_dim() == c.head_dim;
         let fold = options.fold_norms;
         if decode && n == t && t <= GRAPH_ROWS && options.graphs && net.collective.is_none() {
-            let graph = match self.graphs.entry((t, [kcache, vcache, states], pt, fuse_rope, fold)) {
+            let key = (t, [cache.k, cache.v, cache.states], cache.page_tokens, fuse_rope, fold);
+            let graph = match self.graphs.entry(key) {
                 Entry::Occupied(o) => o.into_mut(),
                 Entry::Vacant(v) => {
-                    v.insert(g.capture(|| net.queue(&cache, t, n, num_groups, fuse_rope, fold)).map_err(e)?)
+                    v.insert(g.capture(|| net.queue(&cache, t, n, groups, fuse_rope, fold)).map_err(e)?)
                 }
             };
             graph.launch().map_err(e)?;
         } else {
-            net.queue(&cache, t, n, num_groups, fuse_rope, fold).map_err(e)?;
+            net.queue(&cache, t, n, groups, fuse_rope, fold).map_err(e)?;
         }
-        let vocab = c.vocab_size;
-        let floats = &mut staging[m.end / 4..];
-        let round =
-            RoundRows { logits: s.logits, picks: s.picks, staging: floats, n, vocab, gpu_argmax: options.gpu_argmax };
+        self.bring_back(n, lanes)
+    }
+
+    /// The pool's device buffers and geometry for a round of `lanes` lanes.
+    fn caches(&self, pool: &KvPool, lanes: usize) -> Result<Caches, EngineError> {
+        let sizing_err = |m: &str| EngineError::Sizing(m.to_string());
+        let [k, v] = pool.device_ptrs().ok_or_else(|| sizing_err("the KV pool is not on the GPU"))?;
+        let layout = pool.layout();
+        let states = pool.device_states().unwrap_or(0);
+        if layout.state_elems > 0 && states == 0 {
+            return Err(sizing_err("the KV pool has no recurrent state on the GPU"));
+        }
+        let (page_tokens, page_stride, state_elems) =
+            (layout.page_tokens, layout.page_elems() as u64, layout.state_elems);
+        Ok(Caches { k, v, page_tokens, page_stride, states, state_elems, lanes })
+    }
+
+    /// Each lane's rows from the round's `n` logits rows, once the queued kernels end.
+    fn bring_back(&mut self, n: usize, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
+        let (s, g) = (&self.net.scratch, &*self.net.gpu);
+        let floats = &mut self.staging[self.net.meta.end / 4..];
+        let (vocab, gpu_argmax) = (self.net.cfg.vocab_size, self.options.gpu_argmax);
+        let round = RoundRows { logits: s.logits, picks: s.picks, staging: floats, n, vocab, gpu_argmax };
         bring_back(g, &s.keep, round, lanes)
+    }
+}
+
+impl Net {
+    /// The page geometry and attention grouping of a round of `t` rows.
+    fn geometry(&self, cache: &Caches, t: usize) -> Geometry {
+        let c = &self.cfg;
+        // Attention takes each lane's rows in groups of consecutive positions; in split rounds, one row each.
+        let per_group = if t <= SPLIT_ROWS { 1 } else { attention_group_rows(c.num_heads / c.num_kv_heads) };
+        Geometry {
+            page_tokens: cache.page_tokens,
+            kv_dim: c.num_kv_heads * c.head_dim,
+            page_stride: cache.page_stride,
+            per_group,
+            max_pages: self.sizing.max_lanes * self.sizing.context,
+        }
     }
 }
 
@@ -493,10 +471,6 @@ struct Caches {
     states: DevPtr,
     state_elems: usize,
     lanes: usize,
-}
-
-fn put(bytes: &mut [u8], at: usize, value: &[u8]) {
-    bytes[at..at + value.len()].copy_from_slice(value);
 }
 
 impl Engine for CudaLlama {
@@ -514,6 +488,14 @@ impl Engine for CudaLlama {
 
     fn keeps_rows(&self) -> bool {
         true
+    }
+
+    fn has_draft_head(&self) -> bool {
+        self.net.mtp.is_some()
+    }
+
+    fn draft_head(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
+        self.run_head(pool, lanes)
     }
 
     fn embeds(&self) -> bool {

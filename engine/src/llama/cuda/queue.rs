@@ -1,9 +1,12 @@
 //! The kernels of one round, queued on the GPU's stream: the steps of `forward` as launches.
 
-use tensorfold_kernels::cuda::{AttentionArgs, DeltaNetLayer, DeltaNetRound, DevPtr, GpuError, NormIn, QkvArgs};
+use tensorfold_kernels::cuda::{
+    AttentionArgs, DeltaNetLayer, DeltaNetRound, DevPtr, GpuError, HiddenPlane, NormIn, PageRows, QkvArgs,
+};
 
+use super::round::Filled;
 use super::{Caches, Net, SPLIT_BLOCKS, SPLIT_ROWS, WIDE_SPLIT_ROWS};
-use crate::llama::forward::{forward, LayerNorm, LlamaSteps};
+use crate::llama::forward::{forward, layer, LayerNorm, LlamaSteps};
 
 /// Where the round's residual stream is: its buffer, and the one the next folded norm stores the sum to.
 struct Residual {
@@ -49,8 +52,55 @@ impl Net {
             res: Residual { x: self.scratch.x, spare: self.scratch.x_spare },
             pending: 0,
             norm_w: 0,
+            head: None,
         };
-        forward(&mut pass, self.layers.len())
+        forward(&mut pass, self.cfg.num_layers)
+    }
+
+    /// Queues a draft head's round (`mtp.rs`) whose tables `f` describes: each row's token embedded and joined with
+    /// the hidden state before it, `fc`, the head's layer, then the head's norm and the output head.
+    pub(super) fn queue_head(&self, cache: &Caches, f: &Filled) -> Result<(), GpuError> {
+        let (g, s, c) = (&*self.gpu, &self.scratch, &self.cfg);
+        let Some(head) = &self.mtp else { unreachable!("a draft head's round runs only where the model has one") };
+        let (t, h) = (f.rows, c.hidden_size);
+        let mut pass = GpuPass {
+            m: self,
+            cache,
+            t,
+            n: f.logit_rows,
+            groups: f.groups,
+            fuse_rope: false,
+            fold: false,
+            swiglu: g.fuses_swiglu(t, 2 * c.intermediate_size, h),
+            res: Residual { x: s.x, spare: s.x_spare },
+            pending: 0,
+            norm_w: 0,
+            head: Some(f.guesses),
+        };
+        pass.embed()?;
+        let from = PageRows {
+            at: pass.at(self.meta.pos),
+            table_off: pass.at(self.meta.table_off),
+            page_table: pass.at(self.meta.pages),
+        };
+        let weights = (head.norm_embed, head.norm_hidden, c.rms_eps);
+        g.mtp_join(&self.hidden_plane(cache), &from, (s.x, t), weights, s.joined)?;
+        g.gemm(s.joined, head.fc, 0, s.x, (t, h, 2 * h), &s.gemm)?;
+        layer(&mut pass, c.num_layers)?;
+        pass.logits()
+    }
+
+    /// Where the pool's pages keep each position's final hidden state for the draft head.
+    fn hidden_plane(&self, cache: &Caches) -> HiddenPlane {
+        let c = &self.cfg;
+        let linear = c.hybrid.as_ref().map_or(0, |hc| hc.num_linear() * hc.page_state_per_layer(cache.page_tokens));
+        HiddenPlane {
+            states: cache.states,
+            state_elems: cache.state_elems,
+            base: linear,
+            page_tokens: cache.page_tokens,
+            h: c.hidden_size,
+        }
     }
 }
 
@@ -70,6 +120,8 @@ struct GpuPass<'a> {
     pending: DevPtr,
     /// Where norms fold, the norm weight the next GEMM applies.
     norm_w: DevPtr,
+    /// A draft head's round, with the count of lanes whose guess keeps its state; `None` for the model's own.
+    head: Option<usize>,
 }
 
 impl GpuPass<'_> {
@@ -164,9 +216,11 @@ impl LlamaSteps for GpuPass<'_> {
     fn attend(&mut self, li: usize) -> Result<(), GpuError> {
         let (c, s, t) = (&self.m.cfg, &self.m.scratch, self.t);
         let d = c.head_dim;
+        // A draft head's row attends from slot 1 to its token's slot.
+        let key_pos = if self.head.is_some() { self.m.meta.key_pos } else { self.m.meta.pos };
         let attention = AttentionArgs {
             qkv: s.qkv,
-            pos: self.at(self.m.meta.pos),
+            pos: self.at(key_pos),
             page_table: self.at(self.m.meta.pages),
             table_off: self.at(self.m.meta.table_off),
             kcache: self.cache.k,
@@ -189,6 +243,7 @@ impl LlamaSteps for GpuPass<'_> {
             states: s.partial,
             states_bytes: s.partial_bytes,
             ticket_rows: WIDE_SPLIT_ROWS,
+            first_key: usize::from(self.head.is_some()),
         };
         let rope = self.fuse_rope.then(|| self.rope(li));
         self.m.gpu.paged_attention(&attention, rope.as_ref())?;
@@ -298,10 +353,27 @@ impl LlamaSteps for GpuPass<'_> {
         if delta != 0 {
             g.add_rows(self.res.x, delta, self.t, h)?;
         }
+        let (m, meta) = (self.m, &self.m.meta);
+        let page_table = self.at(meta.pages);
+        // Where the model has a draft head: its own rows' states, or every row's for the head to read.
+        let (norm, hidden) = match (&m.mtp, self.head) {
+            (None, _) => (m.norm, None),
+            (Some(_), None) => {
+                let to = PageRows { at: self.at(meta.pos), table_off: self.at(meta.table_off), page_table };
+                (m.norm, Some((to, 0, self.t)))
+            }
+            (Some(head), Some(guesses)) => {
+                let to = PageRows { at: self.at(meta.guess_pos), table_off: self.at(meta.guess_table), page_table };
+                (head.norm, Some((to, self.at(meta.guess_rows), guesses)))
+            }
+        };
+        if let Some((to, rows, count)) = hidden.filter(|h| h.2 > 0) {
+            g.mtp_hidden_store(&m.hidden_plane(self.cache), &to, (self.res.x, rows, count), (norm, c.rms_eps))?;
+        }
         if self.n == 0 {
             return Ok(());
         }
-        g.rms_norm(self.res.x, self.at(self.m.meta.rows), self.n, self.m.norm, s.normed, h, c.rms_eps)?;
+        g.rms_norm(self.res.x, self.at(meta.rows), self.n, norm, s.normed, h, c.rms_eps)?;
         g.gemm(s.normed, self.m.lm_head, 0, s.logits, (self.n, c.vocab_size, h), &s.gemm)
     }
 }
