@@ -1,10 +1,11 @@
 //! Mixtures of experts through the server: the seeded Qwen3-MoE, Mixtral and Qwen3-Next (hybrid linear attention)
 //! goldens serve chat, streaming, tools and JSON schemas, and a request gives the same bits alone and among others,
-//! resumed and fresh, drafted and plain.
+//! resumed and fresh, drafted and plain. With TF_TEST_DEVICE=cuda, on the GPU, seeded checkpoints of the same
+//! families stand in for the goldens, whose sizes the CUDA kernels do not take.
 
 mod common;
 
-use common::golden::served_golden;
+use common::golden::{served_golden, served_seeded};
 use common::server::Server;
 use serde_json::{json, Value};
 
@@ -40,9 +41,16 @@ fn bits(reply: &Value) -> Value {
     json!([choice["message"]["content"], choice["logprobs"], choice["finish_reason"]])
 }
 
+/// Runs `test` on a server of each family: the goldens, or with `TF_TEST_DEVICE` set, seeded checkpoints whose sizes
+/// the CUDA kernels take (the hybrid with its MTP head).
 fn each_golden(test: impl Fn(&str, &Server)) {
-    for name in ["tiny-qwen3-moe", "tiny-mixtral", "tiny-qwen3-next"] {
-        let model = served_golden(name);
+    let device = std::env::var_os("TF_TEST_DEVICE").is_some();
+    let names: &[&str] = match device {
+        true => &["qwen3_moe", "mixtral", "qwen3_next_mtp"],
+        false => &["tiny-qwen3-moe", "tiny-mixtral", "tiny-qwen3-next"],
+    };
+    for &name in names {
+        let model = if device { served_seeded(name, 40) } else { served_golden(name) };
         // Drafting that does not depend on start-up timings, so drafts are made on any machine.
         let env = [("TF_DRAFT_TIMING", "0")];
         let mut server = Server::spawn(model.path(), &["--no-voice", "--parallel", "8"], &env);
@@ -75,7 +83,7 @@ fn test_moe_models_serve_chat_streams_tools_and_json_schemas() {
             "required": ["city"], "additionalProperties": false});
         let tools = json!([{"type": "function", "function": {"name": "weather", "parameters": parameters}}]);
         let forced = json!({"messages": [{"role": "user", "content": "Weather?"}], "tools": tools,
-            "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 60, "temperature": 0});
+            "tool_choice": "required", "parallel_tool_calls": false, "max_tokens": 120, "temperature": 0});
         let called = chat(server, &forced);
         let call = &called["choices"][0]["message"]["tool_calls"][0]["function"];
         assert_eq!(call["name"], "weather", "{name}: {called}");
@@ -116,7 +124,7 @@ fn test_moe_requests_are_the_same_alone_among_others_resumed_and_drafted() {
         let drafted = server.metrics().get("tensorfold_drafted_tokens_total").copied().unwrap_or(0.0);
         assert!(drafted > 0.0, "{name}: no token was drafted, so drafted = plain shows nothing");
         let by_head = server.metrics().get("tensorfold_draft_head_tokens_total").copied().unwrap_or(0.0);
-        assert_eq!(by_head > 0.0, name == "tiny-qwen3-next", "{name}: {by_head} tokens drafted by an MTP head");
+        assert_eq!(by_head > 0.0, name.contains("next"), "{name}: {by_head} tokens drafted by an MTP head");
         for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
             assert_eq!(a, t, "{name}: request {i} among others (drafted, cache on) differs from alone");
         }

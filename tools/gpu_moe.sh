@@ -37,6 +37,9 @@ if wants tests; then
     tests cuda-runtime-tests TF_TEST_ARCH=mixtral
     tests gemm-tests
     tests cuda-tests
+    # The server on the GPU: experts and the hybrid (its head drafting) serve chat, streams, tools and schemas, and
+    # keep each request's bits alone, among others, resumed and drafted.
+    tests moe-serving-tests TF_TEST_DEVICE=cuda TF_TEST_BINARY="$PWD/.device/tensorfold"
     cat "$OUT/tests.txt"
 fi
 if wants micro; then

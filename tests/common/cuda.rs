@@ -33,6 +33,11 @@ pub fn gpu() -> Option<CudaDevice> {
 /// The config of `arch`: a model type, `qwen3_next_h256` (Qwen3-Next with the 80B shape's head size of 256) or
 /// `qwen3_next_mtp` (Qwen3-Next with its MTP draft head).
 pub fn config(arch: &str) -> Value {
+    config_of(arch, VOCAB)
+}
+
+/// `config(arch)` with a vocabulary of `vocab` ids.
+fn config_of(arch: &str, vocab: usize) -> Value {
     let (model_type, head_dim) = match arch {
         "qwen3_next_h256" => ("qwen3_next", 256),
         "qwen3_next_mtp" => ("qwen3_next", 64),
@@ -41,7 +46,7 @@ pub fn config(arch: &str) -> Value {
     let mtp_layers = usize::from(arch == "qwen3_next_mtp");
     let arch = model_type;
     let mut c = json!({
-        "model_type": arch, "vocab_size": VOCAB, "hidden_size": 256, "intermediate_size": 2048,
+        "model_type": arch, "vocab_size": vocab, "hidden_size": 256, "intermediate_size": 2048,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": head_dim,
         "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 8192,
         "tie_word_embeddings": false
@@ -94,7 +99,12 @@ pub fn config(arch: &str) -> Value {
 /// A seeded random checkpoint in bf16; Qwen2 gets q/k/v biases, Qwen3 per-head q/k norms, Qwen3-MoE and Mixtral
 /// experts.
 pub fn checkpoint(arch: &str, seed: u64) -> tempfile::TempDir {
-    let c = config(arch);
+    checkpoint_of(arch, seed, VOCAB)
+}
+
+/// `checkpoint(arch, seed)` with a vocabulary of `vocab` ids.
+pub fn checkpoint_of(arch: &str, seed: u64, vocab: usize) -> tempfile::TempDir {
+    let c = config_of(arch, vocab);
     let arch = c["model_type"].as_str().unwrap();
     let n = |k: &str| c[k].as_u64().unwrap() as usize;
     let (h, d) = (n("hidden_size"), n("head_dim"));
@@ -102,9 +112,9 @@ pub fn checkpoint(arch: &str, seed: u64) -> tempfile::TempDir {
     // Qwen3-Next's norms scale by one plus their stored weight.
     let one = if arch == "qwen3_next" { 0.0 } else { 1.0 };
     let mut shapes: Vec<(String, Vec<usize>, f32, f32)> = vec![
-        ("model.embed_tokens.weight".into(), vec![VOCAB, h], 0.0, 1.0),
+        ("model.embed_tokens.weight".into(), vec![vocab, h], 0.0, 1.0),
         ("model.norm.weight".into(), vec![h], one, 0.1),
-        ("lm_head.weight".into(), vec![VOCAB, h], 0.0, 0.2),
+        ("lm_head.weight".into(), vec![vocab, h], 0.0, 0.2),
     ];
     if c["num_nextn_predict_layers"].as_u64().unwrap_or(0) > 0 {
         shapes.extend(mtp_shapes(&c));
