@@ -76,7 +76,7 @@ if wants ncu && (( $(left) > 90 )); then
         --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed .device/tensorfold bench \
         --model "$CKPT" --device cuda --prompt-tokens 512 --decode-tokens 8 --decode-after 576 --lanes 1 --repeats 1 \
         > "$OUT/ncu.csv" 2> "$OUT/ncu.log"
-    python3 tools/ncu_summary.py "$OUT/ncu.csv" | tee "$OUT/ncu.txt" | tail -25
+    python3 tools/ncu_summary.py --rounds "$OUT/ncu.csv" | tee "$OUT/ncu.txt" | tail -25
 fi
 if wants engine; then
     for lanes in 1 64 256; do

@@ -9,6 +9,7 @@
 #
 # Usage (after `bash tools/device_build.sh` here, binaries gzipped in .device/, the peer's wheels in .whl/ (see
 # docs/hybrid.md), and both carried): bash tools/gpu_next.sh [SECONDS] [LAYERS]
+# SKIP (e.g. "tests peer") leaves parts out: tests, engine, drafts, ncu, peer.
 # LAYERS (default 8: 2 attention and 6 linear layers, 29 GB with the MTP head) keeps the checkpoint within the
 # machine's 64 GB disk.
 set -uo pipefail
@@ -23,13 +24,15 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
         export PYTHONPATH=/tmp/site
 fi
-echo "== cuda-hybrid-tests at $(elapsed) s" | tee "$OUT/tests.txt"
-TF_CUDA_WIDE_DECODE=1 timeout 200 .device/cuda-hybrid-tests --test-threads 1 2>&1 |
-    grep -E "^test |test result|skipped|panicked|differs|agreed" | tee -a "$OUT/tests.txt"
-# The runtime's equalities (and KV in lent memory) on a hybrid checkpoint with its MTP head, which drafts too.
-echo "== cuda-runtime-tests on qwen3_next_mtp at $(elapsed) s" | tee -a "$OUT/tests.txt"
-TF_TEST_ARCH=qwen3_next_mtp timeout 200 .device/cuda-runtime-tests --test-threads 1 2>&1 |
-    grep -E "^test |test result|skipped|panicked|differs|pages with" | tee -a "$OUT/tests.txt"
+if wants tests; then
+    echo "== cuda-hybrid-tests at $(elapsed) s" | tee "$OUT/tests.txt"
+    TF_CUDA_WIDE_DECODE=1 timeout 200 .device/cuda-hybrid-tests --test-threads 1 2>&1 |
+        grep -E "^test |test result|skipped|panicked|differs|agreed|error" | tee -a "$OUT/tests.txt"
+    # The runtime's equalities (and KV in lent memory) on a hybrid checkpoint with its MTP head, which drafts too.
+    echo "== cuda-runtime-tests on qwen3_next_mtp at $(elapsed) s" | tee -a "$OUT/tests.txt"
+    TF_TEST_ARCH=qwen3_next_mtp timeout 200 .device/cuda-runtime-tests --test-threads 1 2>&1 |
+        grep -E "^test |test result|skipped|panicked|differs|pages with" | tee -a "$OUT/tests.txt"
+fi
 if [[ ! -f "$CKPT/tokenizer.json" ]]; then
     # The machine's disk holds one such checkpoint: other benchmark checkpoints, and a partial one, go first.
     find "$(dirname "$CKPT")" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + 2>/dev/null
@@ -37,21 +40,33 @@ if [[ ! -f "$CKPT/tokenizer.json" ]]; then
     timeout $(( $(left) < 300 ? $(left) : 300 )) python3 tools/make_checkpoint.py --shape qwen3-next-80b-a3b \
         --layers "$LAYERS" --out "$CKPT" --init-device cuda --agreeing-head > "$OUT/checkpoint.log" 2>&1 || tail -5 "$OUT/checkpoint.log"
 fi
-for lanes in 1 64; do
-    (( $(left) > 60 )) || break
-    echo "== engine, $lanes lanes after 512, at $(elapsed) s" | tee -a "$OUT/engine.txt"
-    TF_CUDA_EXPERTS=1 timeout 150 .device/tensorfold bench --device cuda --model "$CKPT" --prompt-tokens 2048 \
-        --decode-after 512 --decode-tokens 32 --lanes "$lanes" --repeats 1 2>&1 | grep -iE "tok_s|tok/s|error|weights on" |
-        tail -3 | tee -a "$OUT/engine.txt"
-done
-if (( $(left) > 150 )); then
+if wants engine; then
+    for lanes in 1 64; do
+        (( $(left) > 60 )) || break
+        echo "== engine, $lanes lanes after 512, at $(elapsed) s" | tee -a "$OUT/engine.txt"
+        TF_CUDA_EXPERTS=1 timeout 150 .device/tensorfold bench --device cuda --model "$CKPT" --prompt-tokens 2048 \
+            --decode-after 512 --decode-tokens 32 --lanes "$lanes" --repeats 1 2>&1 |
+            grep -iE "tok_s|tok/s|error|weights on" | tail -3 | tee -a "$OUT/engine.txt"
+    done
+fi
+if wants drafts && (( $(left) > 150 )); then
     echo "== server, one stream, MTP drafts and none, at $(elapsed) s" | tee -a "$OUT/engine.txt"
     TF_CUDA_EXPERTS=1 timeout 140 python3 tools/bench_drafts.py --binary .device/tensorfold --model "$CKPT" \
         --serve-arg "--device cuda" --streams 1 --repeats 2 --tasks code,list --max-tokens 128 2> "$OUT/drafts.err" |
         tee -a "$OUT/engine.txt" | grep -E '"(plain_tok_s|drafted_tok_s|ratio|accepted_share|identical)' | head -20
     tail -3 "$OUT/drafts.err"
 fi
-if (( $(left) > 60 )); then
+if wants ncu && (( $(left) > 100 )); then
+    # Whole batch-1 decode rounds after the prompt's and the context's forwards (ncu_summary --rounds).
+    echo "== ncu of batch-1 steps at $(elapsed) s"
+    TF_CUDA_GRAPHS=0 timeout 90 ncu --clock-control none --csv --launch-skip $(( 3 * 30 * LAYERS )) \
+        --launch-count $(( 4 * 30 * LAYERS )) \
+        --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed .device/tensorfold bench \
+        --model "$CKPT" --device cuda --prompt-tokens 512 --decode-tokens 8 --decode-after 576 --lanes 1 --repeats 1 \
+        > "$OUT/ncu.csv" 2> "$OUT/ncu.log"
+    python3 tools/ncu_summary.py --rounds "$OUT/ncu.csv" | tee "$OUT/ncu.txt" | tail -30
+fi
+if wants peer && (( $(left) > 60 )); then
     echo "== transformers peer at $(elapsed) s"
     timeout $(( $(left) - 10 )) python3 tools/torch_next.py --layers "$LAYERS" --ctx 512 --prefill 2048 \
         --batches 1,64 > "$OUT/peer.txt" 2> "$OUT/peer.err"

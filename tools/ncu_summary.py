@@ -3,7 +3,8 @@
 
     ncu_summary.py RUN.csv [--rounds]
 Prints one line per (kernel, grid, block): launches, total and mean us, mean DRAM %. With --rounds, only whole
-decode rounds count: the launches from one `embed_rows` to the next, of rounds that pick tokens (`argmax_rows`).
+rounds count: the launches from one `embed_rows` to the next; where some round picks tokens on the GPU
+(`argmax_rows`), only such rounds (a server's decode rounds among its prompt rounds).
 """
 
 import collections
@@ -27,7 +28,8 @@ def name(d):
 
 
 def whole_rounds(rows):
-    """The rows of complete forwards (embed_rows to the next embed_rows) that end in argmax_rows; and their count."""
+    """The rows of complete forwards (embed_rows to the next embed_rows), of those that end in argmax_rows if any
+    does; and their count."""
     rounds, current = [], None
     for d in rows:
         if name(d) == "embed_rows" and (current is None or current[-1]["ID"] != d["ID"]):
@@ -36,7 +38,8 @@ def whole_rounds(rows):
             current = []
         if current is not None:
             current.append(d)
-    picked = [r for r in rounds if any(name(d) == "argmax_rows" for d in r)]
+    picking = [r for r in rounds if any(name(d) == "argmax_rows" for d in r)]
+    picked = picking or rounds
     return [d for r in picked for d in r], len(picked)
 
 
@@ -63,7 +66,7 @@ def main():
     rows = list(launches(args[0]))
     if rounds:
         rows, count = whole_rounds(rows)
-        print(f"{count} whole decode rounds")
+        print(f"{count} whole rounds")
     kernels = summarize(rows)
     total = 0.0
     for (name, grid, block), k in kernels.items():
