@@ -10,7 +10,7 @@ use super::layer::{self, GpuLayer};
 use super::round::fill;
 use super::upload::Uploader;
 use super::CudaLlama;
-use crate::boundary::{EngineError, KvPool, LaneRows, LaneStep};
+use crate::boundary::{EngineError, KvPool, LaneRows, LaneStep, Logits};
 use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
@@ -53,6 +53,9 @@ impl CudaLlama {
     pub(super) fn run_head(&mut self, pool: &KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         if self.net.mtp.is_none() {
             return Err(EngineError::Sizing("the model has no draft head".into()));
+        }
+        if lanes.iter().any(|l| l.logits == Logits::Hidden) {
+            return Err(EngineError::Sizing("the CUDA engine does not return hidden states".into()));
         }
         let vocab = self.net.cfg.vocab_size;
         on_head_rows(lanes, vocab, |shifted| self.head_round(pool, shifted))
