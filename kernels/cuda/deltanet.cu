@@ -35,15 +35,21 @@ extern "C" __global__ void __launch_bounds__(128) deltanet_rows(
     }
 }
 
-// One block per (lane, value head), max(dv, 32) threads (dv at most 256); thread j < dv keeps column j of the head's state. `lanes`
-// holds per lane its first row in the round, start position, row count and page-table offset (4 u32). Outputs go
-// to core[row][h dv + j], f32.
+// Positions whose convolutions and norms a block computes side by side before their recurrence steps.
+#define DN_TILE 16
+
+// One block per (lane, value head), max(dv, 32) threads (dv at most 256); thread j < dv keeps column j of the head's
+// state. `lanes` holds per lane its first row in the round, start position, row count and page-table offset (4 u32).
+// Outputs go to core[row][h dv + j], f32. Positions go in tiles of DN_TILE: their convolutions and norms side by
+// side, each with the arithmetic of one position alone, then their recurrence steps in order.
 template <int DK>
 __device__ __forceinline__ void deltanet_heads(const float* __restrict__ conv, const u32* __restrict__ lanes,
                                                const u32* __restrict__ page_table, float* __restrict__ states,
                                                u64 state_elems, u32 base, u32 p, int taps, int nk, int nv, int dv,
                                                float* __restrict__ core) {
-    __shared__ float xq[DK], xk[DK], xv[256], scales[2];
+    // Each tile position's q, k and v after the convolution: DK, DK and up to 256 floats.
+    __shared__ float xs[DN_TILE][2 * DK + 256];
+    __shared__ float scales[DN_TILE][2];
     wait_prior();
     start_next();
     const int lane = blockIdx.x, h = blockIdx.y, j = threadIdx.x;
@@ -61,10 +67,15 @@ __device__ __forceinline__ void deltanet_heads(const float* __restrict__ conv, c
         for (int i = 0; i < DK; ++i) s[i] = src[(u64)i * dv];
     }
     const int channels = 2 * DK + dv;
-    for (u32 t = first; t < end; ++t) {
-        // The convolution over the taps that exist, oldest first, then silu.
-        for (int c = j; c < channels; c += blockDim.x) {
-            const int ch = c < DK ? kh * DK + c : c < 2 * DK ? key_dim + kh * DK + c - DK : 2 * key_dim + h * dv + c - 2 * DK;
+    for (u32 t0 = first; t0 < end; t0 += DN_TILE) {
+        const int n = (int)min((u32)DN_TILE, end - t0);
+        // The convolution over the taps that exist, oldest first, then silu, for every (position, channel).
+        for (int e = j; e < n * channels; e += blockDim.x) {
+            const int pi = e / channels, c = e - pi * channels;
+            const u32 t = t0 + pi;
+            const int ch = c < DK       ? kh * DK + c
+                           : c < 2 * DK ? key_dim + kh * DK + c - DK
+                                        : 2 * key_dim + h * dv + c - 2 * DK;
             float x = 0.0f;
             for (int tap = 0; tap < taps; ++tap) {
                 if (t + tap + 1 < (u32)taps) continue;
@@ -72,29 +83,30 @@ __device__ __forceinline__ void deltanet_heads(const float* __restrict__ conv, c
                 const float u = states[pages[src / p] * state_elems + base + (u64)(src % p) * width + ch];
                 x += conv[ch * taps + tap] * u;
             }
-            x = dn_silu(x);
-            if (c < DK) xq[c] = x;
-            else if (c < 2 * DK) xk[c - DK] = x;
-            else xv[c - 2 * DK] = x;
+            xs[pi][c] = dn_silu(x);
         }
         __syncthreads();
-        // Unit length with the epsilon inside the root, sums in k order; q then scaled by 1 / sqrt(dk).
-        if (j == 0) {
+        // Unit length with the epsilon inside the root, sums in k order (a thread a position); q then scaled by
+        // 1 / sqrt(dk).
+        if (j < n) {
             float sq = 0.0f, sk = 0.0f;
-            for (int i = 0; i < DK; ++i) sq += xq[i] * xq[i];
-            for (int i = 0; i < DK; ++i) sk += xk[i] * xk[i];
-            scales[0] = 1.0f / sqrtf(sq + 1e-6f);
-            scales[1] = 1.0f / sqrtf(sk + 1e-6f);
+            for (int i = 0; i < DK; ++i) sq += xs[j][i] * xs[j][i];
+            for (int i = 0; i < DK; ++i) sk += xs[j][DK + i] * xs[j][DK + i];
+            scales[j][0] = 1.0f / sqrtf(sq + 1e-6f);
+            scales[j][1] = 1.0f / sqrtf(sk + 1e-6f);
         }
         __syncthreads();
-        for (int i = j; i < DK; i += blockDim.x) {
-            xq[i] = xq[i] * scales[0] * (1.0f / sqrtf((float)DK));
-            xk[i] = xk[i] * scales[1];
+        for (int e = j; e < n * DK; e += blockDim.x) {
+            const int pi = e / DK, i = e - pi * DK;
+            xs[pi][i] = xs[pi][i] * scales[pi][0] * (1.0f / sqrtf((float)DK));
+            xs[pi][DK + i] = xs[pi][DK + i] * scales[pi][1];
         }
         __syncthreads();
-        const float* gates = states + pages[t / p] * state_elems + base + (u64)(t % p) * width + conv_dim;
-        const float decay = expf(gates[h]), beta = gates[nv + h];
-        if (j < dv) {
+        for (int pi = 0; pi < n && j < dv; ++pi) {
+            const u32 t = t0 + pi;
+            const float *xq = xs[pi], *xk = xs[pi] + DK;
+            const float* gates = states + pages[t / p] * state_elems + base + (u64)(t % p) * width + conv_dim;
+            const float decay = expf(gates[h]), beta = gates[nv + h];
             // The delta rule: decay the state, then move its answer for k toward v by beta.
             float kv = 0.0f;
 #pragma unroll
@@ -102,7 +114,7 @@ __device__ __forceinline__ void deltanet_heads(const float* __restrict__ conv, c
                 s[i] *= decay;
                 kv += s[i] * xk[i];
             }
-            const float d = (xv[j] - kv) * beta;
+            const float d = (xs[pi][2 * DK + j] - kv) * beta;
 #pragma unroll
             for (int i = 0; i < DK; ++i) s[i] += xk[i] * d;
             if (t >= start) {
