@@ -9,7 +9,8 @@
 #
 # Usage (after `bash tools/device_build.sh` here, binaries gzipped in .device/, the peer's wheels in .whl/ (see
 # docs/hybrid.md), and both carried): bash tools/gpu_next.sh [SECONDS] [LAYERS]
-# SKIP (e.g. "tests peer") leaves parts out: tests, engine, drafts, ncu, peer.
+# SKIP (e.g. "tests peer") leaves parts out: tests, engine, ab, drafts, ncu, peer. With .device/tensorfold-before (a
+# build of other code, carried gzipped), `ab` runs it and the current binary in turn at 1 lane.
 # LAYERS (default 8: 2 attention and 6 linear layers, 29 GB with the MTP head) keeps the checkpoint within the
 # machine's 64 GB disk.
 set -uo pipefail
@@ -47,6 +48,15 @@ if wants engine; then
         TF_CUDA_EXPERTS=1 timeout 150 .device/tensorfold bench --device cuda --model "$CKPT" --prompt-tokens 2048 \
             --decode-after 512 --decode-tokens 32 --lanes "$lanes" --repeats 1 2>&1 |
             grep -iE "tok_s|tok/s|error|weights on" | tail -3 | tee -a "$OUT/engine.txt"
+    done
+fi
+if wants ab && [[ -x .device/tensorfold-before ]]; then
+    for binary in tensorfold-before tensorfold tensorfold-before tensorfold; do
+        (( $(left) > 60 )) || break
+        echo "== $binary, 1 lane after 512, at $(elapsed) s" | tee -a "$OUT/engine.txt"
+        TF_CUDA_EXPERTS=1 timeout 150 ".device/$binary" bench --device cuda --model "$CKPT" --prompt-tokens 2048 \
+            --decode-after 512 --decode-tokens 32 --lanes 1 --repeats 1 2>&1 | grep -iE "tok_s|tok/s|error" |
+            tail -2 | tee -a "$OUT/engine.txt"
     done
 fi
 if wants drafts && (( $(left) > 150 )); then
