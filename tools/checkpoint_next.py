@@ -150,6 +150,8 @@ OUTPUTS = ("o_proj.weight", "out_proj.weight", "down_proj.weight", "down_proj")
 def make_agreeing(model):
     """Zeroes every block's output projection, so a position's logits follow from its own token alone: the model's
     greedy next token is a function of the current one."""
+    if model.config.model_type != "qwen3_next":
+        raise SystemExit(f"--agreeing-head needs a Qwen3-Next shape, not {model.config.model_type}")
     for name, param in model.named_parameters():
         if name.endswith(OUTPUTS):
             param.zero_()
