@@ -164,33 +164,6 @@ fn test_the_draft_head_on_the_gpu_agrees_with_the_cpu_head() {
     assert!(gap < 0.03, "the step on the head's own guess: relative logits error {gap}");
 }
 
-#[test]
-fn test_a_draft_head_row_alone_equals_it_among_other_lanes() {
-    let Some(dev) = gpu() else { return };
-    let dir = checkpoint("qwen3_next_mtp", 200);
-    let mut model = load(&dev, dir.path(), Sizing { max_tokens: 256, max_lanes: 8, context: 64 });
-    let mut pool = dev.kv_pool(&model, PAGE_TOKENS, 32).unwrap();
-    let mut rng = Rng(201);
-    let texts: Vec<Vec<u32>> = (0..8).map(|_| tokens(&mut rng, 21)).collect();
-    let pages: Vec<Vec<u32>> = (0..8u32).map(|l| vec![2 * l, 2 * l + 1]).collect();
-    let lane = |l: usize, from: usize, to: usize, logits| LaneStep {
-        tokens: &texts[l][from..to],
-        start_pos: from,
-        pages: &pages[l],
-        logits,
-        keep: None,
-    };
-    let main: Vec<LaneStep> = (0..8).map(|l| lane(l, 0, 20, Logits::None)).collect();
-    model.forward(&mut pool, &main).unwrap();
-    // A catch-up over 20 tokens, then a one-token step, alone and beside the other lanes' same steps.
-    for (from, to) in [(0, 20), (20, 21)] {
-        let alone = model.draft_head(&mut pool, &[lane(3, from, to, Logits::All)]).unwrap().remove(0);
-        let all: Vec<LaneStep> = (0..8).map(|l| lane(l, from, to, Logits::All)).collect();
-        let among = model.draft_head(&mut pool, &all).unwrap().remove(3);
-        assert!(same_bits(alone.values().unwrap(), among.values().unwrap()), "head rows {from}..{to} among 8 lanes");
-    }
-}
-
 /// Lane steps over `texts[i][from..to]` on `pages[i]`, for each (i, from, to, logits) of `spans`.
 fn steps<'a>(
     texts: &'a [Vec<u32>],
@@ -205,6 +178,27 @@ fn steps<'a>(
         keep: None,
     };
     spans.iter().map(step).collect()
+}
+
+#[test]
+fn test_a_draft_head_row_alone_equals_it_among_other_lanes() {
+    let Some(dev) = gpu() else { return };
+    let dir = checkpoint("qwen3_next_mtp", 200);
+    let mut model = load(&dev, dir.path(), Sizing { max_tokens: 256, max_lanes: 8, context: 64 });
+    let mut pool = dev.kv_pool(&model, PAGE_TOKENS, 32).unwrap();
+    let mut rng = Rng(201);
+    let texts: Vec<Vec<u32>> = (0..8).map(|_| tokens(&mut rng, 21)).collect();
+    let pages: Vec<Vec<u32>> = (0..8u32).map(|l| vec![2 * l, 2 * l + 1]).collect();
+    let main: Vec<_> = (0..8).map(|l| (l, 0, 20, Logits::None)).collect();
+    model.forward(&mut pool, &steps(&texts, &pages, &main)).unwrap();
+    // A catch-up over 20 tokens, then a one-token step, alone and beside the other lanes' same steps.
+    for (from, to) in [(0, 20), (20, 21)] {
+        let alone =
+            model.draft_head(&mut pool, &steps(&texts, &pages, &[(3, from, to, Logits::All)])).unwrap().remove(0);
+        let all: Vec<_> = (0..8).map(|l| (l, from, to, Logits::All)).collect();
+        let among = model.draft_head(&mut pool, &steps(&texts, &pages, &all)).unwrap().remove(3);
+        assert!(same_bits(alone.values().unwrap(), among.values().unwrap()), "head rows {from}..{to} among 8 lanes");
+    }
 }
 
 #[test]

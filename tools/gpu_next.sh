@@ -41,23 +41,19 @@ if [[ ! -f "$CKPT/tokenizer.json" ]]; then
     timeout $(( $(left) < 300 ? $(left) : 300 )) python3 tools/make_checkpoint.py --shape qwen3-next-80b-a3b \
         --layers "$LAYERS" --out "$CKPT" --init-device cuda --agreeing-head > "$OUT/checkpoint.log" 2>&1 || tail -5 "$OUT/checkpoint.log"
 fi
+# engine BINARY LANES: that build's engine alone, 32 tokens decoded after 512 in each lane, and a 2,048-token prompt.
+engine() {
+    (( $(left) > 60 )) || return 1
+    echo "== $1, $2 lanes after 512, at $(elapsed) s" | tee -a "$OUT/engine.txt"
+    TF_CUDA_EXPERTS=1 timeout 150 ".device/$1" bench --device cuda --model "$CKPT" --prompt-tokens 2048 \
+        --decode-after 512 --decode-tokens 32 --lanes "$2" --repeats 1 2>&1 | grep -iE "tok_s|tok/s|error|weights on" |
+        tail -3 | tee -a "$OUT/engine.txt"
+}
 if wants engine; then
-    for lanes in 1 64; do
-        (( $(left) > 60 )) || break
-        echo "== engine, $lanes lanes after 512, at $(elapsed) s" | tee -a "$OUT/engine.txt"
-        TF_CUDA_EXPERTS=1 timeout 150 .device/tensorfold bench --device cuda --model "$CKPT" --prompt-tokens 2048 \
-            --decode-after 512 --decode-tokens 32 --lanes "$lanes" --repeats 1 2>&1 |
-            grep -iE "tok_s|tok/s|error|weights on" | tail -3 | tee -a "$OUT/engine.txt"
-    done
+    for lanes in 1 64; do engine tensorfold "$lanes" || break; done
 fi
 if wants ab && [[ -x .device/tensorfold-before ]]; then
-    for binary in tensorfold-before tensorfold tensorfold-before tensorfold; do
-        (( $(left) > 60 )) || break
-        echo "== $binary, 1 lane after 512, at $(elapsed) s" | tee -a "$OUT/engine.txt"
-        TF_CUDA_EXPERTS=1 timeout 150 ".device/$binary" bench --device cuda --model "$CKPT" --prompt-tokens 2048 \
-            --decode-after 512 --decode-tokens 32 --lanes 1 --repeats 1 2>&1 | grep -iE "tok_s|tok/s|error" |
-            tail -2 | tee -a "$OUT/engine.txt"
-    done
+    for binary in tensorfold-before tensorfold tensorfold-before tensorfold; do engine "$binary" 1 || break; done
 fi
 if wants drafts && (( $(left) > 150 )); then
     echo "== server, one stream, MTP drafts and none, at $(elapsed) s" | tee -a "$OUT/engine.txt"

@@ -100,6 +100,14 @@ pub struct HiddenPlane {
     pub h: usize,
 }
 
+impl HiddenPlane {
+    /// The plane as the kernels take it: states, floats a page, base and page size.
+    fn args(&self) -> [Arg; 4] {
+        let int = |v: usize| Arg::Int(v as i32);
+        [Arg::Ptr(self.states), Arg::Ptr(self.state_elems as u64), int(self.base), int(self.page_tokens)]
+    }
+}
+
 /// u32 tables on the device naming positions of lanes: entry i is position `at[i]` of the lane whose page table
 /// starts at `table_off[i]` in `page_table`.
 #[derive(Clone, Copy, Debug)]
@@ -119,12 +127,10 @@ impl Gpu {
         (x, rows, n): (DevPtr, DevPtr, usize),
         (w, eps): (DevPtr, f32),
     ) -> Result<(), GpuError> {
-        let int = |v: usize| Arg::Int(v as i32);
         let args = [Arg::Ptr(x), Arg::Ptr(rows), Arg::Ptr(to.at), Arg::Ptr(to.table_off), Arg::Ptr(to.page_table)];
-        let tail =
-            [Arg::Ptr(plane.states), Arg::Ptr(plane.state_elems as u64), int(plane.base), int(plane.page_tokens)];
-        let norm = [Arg::Ptr(w), Arg::Float(eps), int(plane.h)];
-        self.launch(&self.f.deltanet.hidden_store, (n, 1, 1), 256, 0, &[&args[..], &tail, &norm].concat())
+        let norm = [Arg::Ptr(w), Arg::Float(eps), Arg::Int(plane.h as i32)];
+        let all = [&args[..], &plane.args(), &norm].concat();
+        self.launch(&self.f.deltanet.hidden_store, (n, 1, 1), 256, 0, &all)
     }
 
     /// A draft head's input rows (bf16, `n` x 2h): row r's embedding in `x` normed with `w_embed`, then the hidden
@@ -137,12 +143,9 @@ impl Gpu {
         (w_embed, w_hidden, eps): (DevPtr, DevPtr, f32),
         out: DevPtr,
     ) -> Result<(), GpuError> {
-        let int = |v: usize| Arg::Int(v as i32);
         let args = [Arg::Ptr(x), Arg::Ptr(from.at), Arg::Ptr(from.table_off), Arg::Ptr(from.page_table)];
-        let tail =
-            [Arg::Ptr(plane.states), Arg::Ptr(plane.state_elems as u64), int(plane.base), int(plane.page_tokens)];
-        let norm = [Arg::Ptr(w_embed), Arg::Ptr(w_hidden), Arg::Float(eps), int(plane.h), Arg::Ptr(out)];
-        self.launch(&self.f.deltanet.join, (n, 1, 1), 256, 0, &[&args[..], &tail, &norm].concat())
+        let norm = [Arg::Ptr(w_embed), Arg::Ptr(w_hidden), Arg::Float(eps), Arg::Int(plane.h as i32), Arg::Ptr(out)];
+        self.launch(&self.f.deltanet.join, (n, 1, 1), 256, 0, &[&args[..], &plane.args(), &norm].concat())
     }
 
     /// Writes each row's convolution inputs (`qkv`, f32) and gates (from `ba`, f32) to its page's row slot.

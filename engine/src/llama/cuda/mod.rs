@@ -32,7 +32,7 @@ use layer::GpuLayer;
 use logits::{bring_back, KeepBuffers, RoundRows};
 use mtp::MtpWeights;
 use pack::read;
-use round::{fill, Geometry, MetaLayout};
+use round::{fill, Filled, Geometry, MetaLayout};
 use upload::Uploader;
 
 /// A recorded round's row count, KV pool keys, values, recurrent state and page size, RoPE fusion and norm folding.
@@ -379,12 +379,33 @@ impl CudaLlama {
 
     /// Runs the round; `Err` for a device fault or a round the buffers were not sized for.
     fn run(&mut self, pool: &KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
-        if lanes.iter().any(|l| l.logits == Logits::Hidden) {
-            return Err(EngineError::Sizing("the CUDA engine does not return hidden states".into()));
+        refuse_hidden(lanes)?;
+        let (cache, f) = self.upload_round(pool, lanes, false)?;
+        let (net, options, e) = (&self.net, self.options, EngineError::from);
+        let (c, g, t, n) = (&net.cfg, &*net.gpu, f.rows, f.logit_rows);
+        // A decode round's launches depend only on its row count and the pool's addresses and page size: a graph replays them.
+        let decode = lanes.iter().all(|l| l.tokens.len() == 1);
+        // RoPE inside attention rotates whole heads only.
+        let fuse_rope = decode && options.fuse_rope && c.rotary_dim() == c.head_dim;
+        let fold = options.fold_norms;
+        if decode && n == t && t <= GRAPH_ROWS && options.graphs && net.collective.is_none() {
+            let key = (t, [cache.k, cache.v, cache.states], cache.page_tokens, fuse_rope, fold);
+            let graph = match self.graphs.entry(key) {
+                Entry::Occupied(o) => o.into_mut(),
+                Entry::Vacant(v) => v.insert(g.capture(|| net.queue(&cache, &f, fuse_rope, fold)).map_err(e)?),
+            };
+            graph.launch().map_err(e)?;
+        } else {
+            net.queue(&cache, &f, fuse_rope, fold).map_err(e)?;
         }
+        self.bring_back(n, lanes)
+    }
+
+    /// Checks a round (a draft head's with `head`) against the sizing and the pool, writes its tables to the staging
+    /// and queues their upload.
+    fn upload_round(&mut self, pool: &KvPool, lanes: &[LaneStep], head: bool) -> Result<(Caches, Filled), EngineError> {
         let cache = self.caches(pool, lanes.len())?;
-        let (net, options) = (&self.net, self.options);
-        let (c, g) = (&net.cfg, &*net.gpu);
+        let net = &self.net;
         let t: usize = lanes.iter().map(|l| l.tokens.len()).sum();
         if t == 0 || t > net.sizing.max_tokens || lanes.len() > net.sizing.max_lanes {
             return Err(EngineError::Sizing(format!(
@@ -395,30 +416,13 @@ impl CudaLlama {
         }
         let m = net.meta;
         let bytes = self.staging.as_bytes_mut();
-        let f = fill(bytes, &m, lanes, net.geometry(&cache, t), false)?;
+        let f = fill(bytes, &m, lanes, net.geometry(&cache, t), head)?;
         let e = EngineError::from;
-        g.bind().map_err(e)?;
-        // SAFETY: the staging bytes are pinned, and stay borrowed and unchanged until the sync in `bring_back`.
-        unsafe { g.upload_async(net.scratch.meta, &bytes[..f.upload_bytes(&m)]).map_err(e)? };
-        let (n, groups) = (f.logit_rows, f.groups);
-        // A decode round's launches depend only on its row count and the pool's addresses and page size: a graph replays them.
-        let decode = lanes.iter().all(|l| l.tokens.len() == 1);
-        // RoPE inside attention rotates whole heads only.
-        let fuse_rope = decode && options.fuse_rope && c.rotary_dim() == c.head_dim;
-        let fold = options.fold_norms;
-        if decode && n == t && t <= GRAPH_ROWS && options.graphs && net.collective.is_none() {
-            let key = (t, [cache.k, cache.v, cache.states], cache.page_tokens, fuse_rope, fold);
-            let graph = match self.graphs.entry(key) {
-                Entry::Occupied(o) => o.into_mut(),
-                Entry::Vacant(v) => {
-                    v.insert(g.capture(|| net.queue(&cache, t, n, groups, fuse_rope, fold)).map_err(e)?)
-                }
-            };
-            graph.launch().map_err(e)?;
-        } else {
-            net.queue(&cache, t, n, groups, fuse_rope, fold).map_err(e)?;
-        }
-        self.bring_back(n, lanes)
+        net.gpu.bind().map_err(e)?;
+        // SAFETY: the staging bytes are pinned, and nothing writes them again before the sync in `bring_back`, which
+        // writes only past `m.end`.
+        unsafe { net.gpu.upload_async(net.scratch.meta, &bytes[..f.upload_bytes(&m)]).map_err(e)? };
+        Ok((cache, f))
     }
 
     /// The pool's device buffers and geometry for a round of `lanes` lanes.
@@ -458,6 +462,14 @@ impl Net {
             per_group,
             max_pages: self.sizing.max_lanes * self.sizing.context,
         }
+    }
+}
+
+/// Refuses lanes that ask for hidden states, which the CUDA engine does not return.
+fn refuse_hidden(lanes: &[LaneStep]) -> Result<(), EngineError> {
+    match lanes.iter().any(|l| l.logits == Logits::Hidden) {
+        true => Err(EngineError::Sizing("the CUDA engine does not return hidden states".into())),
+        false => Ok(()),
     }
 }
 

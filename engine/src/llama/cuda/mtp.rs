@@ -7,10 +7,9 @@
 use tensorfold_kernels::cuda::DevPtr;
 
 use super::layer::{self, GpuLayer};
-use super::round::fill;
 use super::upload::Uploader;
-use super::CudaLlama;
-use crate::boundary::{EngineError, KvPool, LaneRows, LaneStep, Logits};
+use super::{refuse_hidden, CudaLlama};
+use crate::boundary::{EngineError, KvPool, LaneRows, LaneStep};
 use crate::checkpoint::Checkpoint;
 use crate::error::LoadError;
 use crate::llama::config::ModelConfig;
@@ -54,29 +53,14 @@ impl CudaLlama {
         if self.net.mtp.is_none() {
             return Err(EngineError::Sizing("the model has no draft head".into()));
         }
-        if lanes.iter().any(|l| l.logits == Logits::Hidden) {
-            return Err(EngineError::Sizing("the CUDA engine does not return hidden states".into()));
-        }
+        refuse_hidden(lanes)?;
         let vocab = self.net.cfg.vocab_size;
         on_head_rows(lanes, vocab, |shifted| self.head_round(pool, shifted))
     }
 
     fn head_round(&mut self, pool: &KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
-        let net = &self.net;
-        let g = &*net.gpu;
-        let t: usize = lanes.iter().map(|l| l.tokens.len()).sum();
-        if t > net.sizing.max_tokens || lanes.len() > net.sizing.max_lanes {
-            return Err(EngineError::Sizing(format!("a draft head round of {t} tokens exceeds the sizing")));
-        }
-        let cache = self.caches(pool, lanes.len())?;
-        let m = net.meta;
-        let bytes = self.staging.as_bytes_mut();
-        let f = fill(bytes, &m, lanes, net.geometry(&cache, t), true)?;
-        let e = EngineError::from;
-        g.bind().map_err(e)?;
-        // SAFETY: the staging bytes are pinned, and stay borrowed and unchanged until the sync in `bring_back`.
-        unsafe { g.upload_async(net.scratch.meta, &bytes[..f.upload_bytes(&m)]).map_err(e)? };
-        net.queue_head(&cache, &f).map_err(e)?;
+        let (cache, f) = self.upload_round(pool, lanes, true)?;
+        self.net.queue_head(&cache, &f).map_err(EngineError::from)?;
         self.bring_back(f.logit_rows, lanes)
     }
 }

@@ -26,35 +26,11 @@ impl Residual {
 }
 
 impl Net {
-    /// Queues the kernels of a round of `t` rows whose tables are uploaded, with logits for `n` of them;
-    /// `groups` attention row groups are in the tables; `fuse_rope` (only where every lane has one token) does RoPE
-    /// and the cache write inside attention.
+    /// Queues the kernels of the round whose uploaded tables `f` describes; `fuse_rope` (only where every lane has one
+    /// token) does RoPE and the cache write inside attention.
     /// Rounds of few rows fold each norm into the GEMM that reads it (`Gpu::folds_norm`): the same bits.
-    pub(super) fn queue(
-        &self,
-        cache: &Caches,
-        t: usize,
-        n: usize,
-        groups: usize,
-        fuse_rope: bool,
-        fold: bool,
-    ) -> Result<(), GpuError> {
-        let (h, f) = (self.cfg.hidden_size, self.cfg.intermediate_size);
-        let mut pass = GpuPass {
-            m: self,
-            cache,
-            t,
-            n,
-            groups,
-            fuse_rope,
-            fold: fold && self.gpu.folds_norm(t, h),
-            swiglu: self.gpu.fuses_swiglu(t, 2 * f, h),
-            res: Residual { x: self.scratch.x, spare: self.scratch.x_spare },
-            pending: 0,
-            norm_w: 0,
-            head: None,
-        };
-        forward(&mut pass, self.cfg.num_layers)
+    pub(super) fn queue(&self, cache: &Caches, f: &Filled, fuse_rope: bool, fold: bool) -> Result<(), GpuError> {
+        forward(&mut self.pass(cache, f, fuse_rope, fold, false), self.cfg.num_layers)
     }
 
     /// Queues a draft head's round (`mtp.rs`) whose tables `f` describes: each row's token embedded and joined with
@@ -63,20 +39,7 @@ impl Net {
         let (g, s, c) = (&*self.gpu, &self.scratch, &self.cfg);
         let Some(head) = &self.mtp else { unreachable!("a draft head's round runs only where the model has one") };
         let (t, h) = (f.rows, c.hidden_size);
-        let mut pass = GpuPass {
-            m: self,
-            cache,
-            t,
-            n: f.logit_rows,
-            groups: f.groups,
-            fuse_rope: false,
-            fold: false,
-            swiglu: g.fuses_swiglu(t, 2 * c.intermediate_size, h),
-            res: Residual { x: s.x, spare: s.x_spare },
-            pending: 0,
-            norm_w: 0,
-            head: Some(f.guesses),
-        };
+        let mut pass = self.pass(cache, f, false, false, true);
         pass.embed()?;
         let from = PageRows {
             at: pass.at(self.meta.pos),
@@ -88,6 +51,25 @@ impl Net {
         g.gemm(s.joined, head.fc, 0, s.x, (t, h, 2 * h), &s.gemm)?;
         layer(&mut pass, c.num_layers)?;
         pass.logits()
+    }
+
+    /// The launches of the round `f` describes, a draft head's with `head`.
+    fn pass<'a>(&'a self, cache: &'a Caches, f: &Filled, fuse_rope: bool, fold: bool, head: bool) -> GpuPass<'a> {
+        let (t, h, ff) = (f.rows, self.cfg.hidden_size, self.cfg.intermediate_size);
+        GpuPass {
+            m: self,
+            cache,
+            t,
+            n: f.logit_rows,
+            groups: f.groups,
+            fuse_rope,
+            fold: fold && self.gpu.folds_norm(t, h),
+            swiglu: self.gpu.fuses_swiglu(t, 2 * ff, h),
+            res: Residual { x: self.scratch.x, spare: self.scratch.x_spare },
+            pending: 0,
+            norm_w: 0,
+            head: head.then_some(f.guesses),
+        }
     }
 
     /// Where the pool's pages keep each position's final hidden state for the draft head.
