@@ -24,7 +24,7 @@ strip -o .device/tensorfold target/release/tensorfold
 # The CUDA tests, and the server tests that TF_TEST_DEVICE=cuda runs on the GPU (tools/gpu_exactness.sh).
 for pair in cuda:cuda-tests cuda_runtime:cuda-runtime-tests drafts:drafts-tests prefix_cache:prefix-cache-tests \
     cuda_speech:cuda-speech-tests speech_server:speech-server-tests features:features-tests cuda_memory:cuda-memory-tests cuda_tp:cuda-tp-tests cuda_moe:cuda-moe-tests cuda_hybrid:cuda-hybrid-tests \
-    moe_serving:moe-serving-tests; do
+    moe_serving:moe-serving-tests cuda_gguf:cuda-gguf-tests; do
     binary=$(test_binary --test "${pair%%:*}")
     [[ -n "$binary" ]] || { echo "the test binary ${pair%%:*} was not built" >&2; exit 1; }
     strip -o ".device/${pair##*:}" "$binary"

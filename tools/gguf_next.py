@@ -65,7 +65,7 @@ def grouped(qkvz, config):
 
 def write_metadata(writer, config, fail):
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    factor = config.get("partial_rotary_factor") or (config.get("rope_parameters") or {}).get("partial_rotary_factor")
+    factor = (config.get("rope_parameters") or {}).get("partial_rotary_factor") or config.get("partial_rotary_factor")
     writer.add_rope_dimension_count(int(head_dim * (factor or 0.25)))
     writer.add_ssm_conv_kernel(config["linear_conv_kernel_dim"])
     writer.add_ssm_state_size(config["linear_key_head_dim"])

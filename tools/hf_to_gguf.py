@@ -153,7 +153,8 @@ def add_vocab(writer, directory, config):
 
 
 def rope_theta(config):
-    return config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta") or 10000.0
+    """Transformers 5's `rope_parameters` first, as transformers and tensorfold read a config that has both."""
+    return (config.get("rope_parameters") or {}).get("rope_theta") or config.get("rope_theta") or 10000.0
 
 
 def convert(directory, out, qtype):

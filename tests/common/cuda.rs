@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use tensorfold::cuda_setup::CudaDevice;
 use tensorfold_engine::boundary::{Engine, KvPool, LaneStep, Logits};
 use tensorfold_engine::checkpoint::hf::HfCheckpoint;
+use tensorfold_engine::checkpoint::Checkpoint;
 use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};
 use tensorfold_engine::llama::cuda::{CudaLlama, CudaOptions, Sizing};
 use tensorfold_engine::llama::Llama;
@@ -263,9 +264,13 @@ pub fn normal(rng: &mut Rng) -> f32 {
 }
 
 pub fn load(dev: &CudaDevice, dir: &Path, sizing: Sizing) -> CudaLlama {
-    let ckpt = HfCheckpoint::open(dir).unwrap();
+    load_from(dev, &HfCheckpoint::open(dir).unwrap(), sizing)
+}
+
+/// `ckpt` on the GPU, in any format.
+pub fn load_from(dev: &CudaDevice, ckpt: &dyn Checkpoint, sizing: Sizing) -> CudaLlama {
     let mut alloc = dev.alloc();
-    CudaLlama::load(&ckpt, dev.gpu.clone(), sizing, CudaOptions::default(), &mut alloc, &mut |_, _| {}).unwrap()
+    CudaLlama::load(ckpt, dev.gpu.clone(), sizing, CudaOptions::default(), &mut alloc, &mut |_, _| {}).unwrap()
 }
 
 /// Sets the model's switches for the rounds that follow.
@@ -324,8 +329,14 @@ pub fn relative_gap(a: &[f32], b: &[f32]) -> f32 {
 /// weights: a 50-token prompt's logits, then greedy steps while the two pick the same token (at least 4).
 pub fn agrees_with_the_cpu(dev: &CudaDevice, arch: &str, seed: u64) {
     let dir = checkpoint(arch, seed);
-    let mut gpu_model = load(dev, dir.path(), Sizing { max_tokens: 256, max_lanes: 1, context: 256 });
-    let cpu_model = Llama::load(&HfCheckpoint::open(dir.path()).unwrap()).unwrap();
+    let ckpt = HfCheckpoint::open(dir.path()).unwrap();
+    agrees_on(dev, arch, &ckpt, seed);
+}
+
+/// `agrees_with_the_cpu` on a checkpoint in any format, both paths reading `ckpt`; `what` names it in messages.
+pub fn agrees_on(dev: &CudaDevice, what: &str, ckpt: &dyn Checkpoint, seed: u64) {
+    let mut gpu_model = load_from(dev, ckpt, Sizing { max_tokens: 256, max_lanes: 1, context: 256 });
+    let cpu_model = Llama::load(ckpt).unwrap();
     let prompt = tokens(&mut Rng(seed + 10), 50);
     let pool = dev.kv_pool(&gpu_model, PAGE_TOKENS, 8).unwrap();
     let mut on_gpu = Sequence::with_pool(&mut gpu_model, pool);
@@ -336,7 +347,7 @@ pub fn agrees_with_the_cpu(dev: &CudaDevice, arch: &str, seed: u64) {
     for _ in 0..16 {
         let err = g.iter().zip(&c).map(|(a, b)| (a - b).powi(2)).sum::<f32>().sqrt();
         let norm = c.iter().map(|b| b * b).sum::<f32>().sqrt();
-        assert!(err / norm < 0.03, "{arch}: relative logits error {} after {agreed} steps", err / norm);
+        assert!(err / norm < 0.03, "{what}: relative logits error {} after {agreed} steps", err / norm);
         let (tg, tc) = (tensorfold_kernels::ops::argmax(&g), tensorfold_kernels::ops::argmax(&c));
         if tg != tc {
             break;
@@ -347,8 +358,8 @@ pub fn agrees_with_the_cpu(dev: &CudaDevice, arch: &str, seed: u64) {
             on_cpu.extend(&[tc as u32], 1, Logits::Last).unwrap(),
         );
     }
-    eprintln!("{arch}: greedy agreed for {agreed} of 16 steps");
-    assert!(agreed >= 4, "{arch}: greedy tokens agree for only {agreed} steps");
+    eprintln!("{what}: greedy agreed for {agreed} of 16 steps");
+    assert!(agreed >= 4, "{what}: greedy tokens agree for only {agreed} steps");
 }
 
 /// A decode row after a `len`-token prompt gives the same bits alone and at a random place among one-token rows

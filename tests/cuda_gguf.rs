@@ -1,0 +1,98 @@
+//! GGUF files of the experts and the hybrid family on a GPU: seeded checkpoints written as GGUF by
+//! tools/hf_to_gguf.py (experts stacked, a dense layer among them, the hybrid's MTP head as `nextn`) read as their
+//! safetensors do. The CPU test runs everywhere the tests' Python has gguf; the GPU tests also skip with a
+//! one-line reason where no GPU is found.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use tensorfold_engine::checkpoint::gguf_model::GgufCheckpoint;
+use tensorfold_engine::checkpoint::hf::HfCheckpoint;
+use tensorfold_engine::checkpoint::Checkpoint;
+use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};
+use tensorfold_engine::llama::cuda::Sizing;
+use tensorfold_engine::llama::Llama;
+
+use common::cuda::{agrees_on, checkpoint, gpu, load_from, relative_gap, same_bits, tokens};
+use common::{python_importing, Rng};
+use tensorfold_engine::boundary::Logits;
+
+const ARCHS: [&str; 3] = ["qwen3_moe", "mixtral", "qwen3_next_mtp"];
+
+/// The converter, in the source tree or, where the tests run from a copy of it, under the working directory.
+fn converter() -> PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/hf_to_gguf.py");
+    if built.is_file() {
+        built
+    } else {
+        PathBuf::from("tools/hf_to_gguf.py")
+    }
+}
+
+/// `dir`'s checkpoint written beside it as GGUF of `ty` (f32, q8_0, ...), or `None` (a skip) without gguf.
+fn gguf_of(dir: &Path, ty: &str) -> Option<PathBuf> {
+    let python = python_importing("gguf, numpy")?;
+    let out = dir.join(format!("model-{ty}.gguf"));
+    let output = std::process::Command::new(python)
+        .arg(converter())
+        .arg("--model")
+        .arg(dir)
+        .arg("--out")
+        .arg(&out)
+        .args(["--type", ty])
+        .output()
+        .expect("running hf_to_gguf.py");
+    assert!(output.status.success(), "hf_to_gguf.py --type {ty}: {}", String::from_utf8_lossy(&output.stderr));
+    Some(out)
+}
+
+/// Every row's logits of a 50-token prompt on the CPU.
+fn cpu_logits(ckpt: &dyn Checkpoint, prompt: &[u32]) -> Vec<f32> {
+    let model = Llama::load(ckpt).unwrap();
+    Sequence::new(&model, 128).extend(prompt, 64, Logits::All).unwrap()
+}
+
+#[test]
+fn test_the_gguf_of_each_seeded_checkpoint_reads_on_the_cpu_as_its_safetensors() {
+    for (i, arch) in ARCHS.into_iter().enumerate() {
+        let dir = checkpoint(arch, 300 + i as u64);
+        let Some(gguf) = gguf_of(dir.path(), "f32") else { return };
+        let prompt = tokens(&mut Rng(310 + i as u64), 50);
+        let from_gguf = cpu_logits(&GgufCheckpoint::open(&gguf).unwrap(), &prompt);
+        let from_safetensors = cpu_logits(&HfCheckpoint::open(dir.path()).unwrap(), &prompt);
+        assert_eq!(from_gguf.len(), from_safetensors.len(), "{arch}: the GGUF's vocabulary differs");
+        let gap = relative_gap(&from_safetensors, &from_gguf);
+        // The f32 file holds the bf16 weights' exact values; only the CPU kernels' formats may differ.
+        assert!(gap < 1e-4, "{arch}: the GGUF's logits are {gap} from the safetensors' (relative)");
+    }
+}
+
+#[test]
+fn test_on_the_gpu_an_f32_gguf_gives_the_bits_of_its_safetensors() {
+    let Some(dev) = gpu() else { return };
+    for (i, arch) in ARCHS.into_iter().enumerate() {
+        let dir = checkpoint(arch, 320 + i as u64);
+        let Some(gguf) = gguf_of(dir.path(), "f32") else { return };
+        let prompt = tokens(&mut Rng(330 + i as u64), 50);
+        let run = |ckpt: &dyn Checkpoint| {
+            let mut model = load_from(&dev, ckpt, Sizing { max_tokens: 64, max_lanes: 1, context: 128 });
+            let pool = dev.kv_pool(&model, PAGE_TOKENS, 4).unwrap();
+            Sequence::with_pool(&mut model, pool).extend(&prompt, 64, Logits::All).unwrap()
+        };
+        // Both pack the same bf16 values for the GPU, so the formats must not move a bit.
+        let from_safetensors = run(&HfCheckpoint::open(dir.path()).unwrap());
+        let from_gguf = run(&GgufCheckpoint::open(&gguf).unwrap());
+        assert!(same_bits(&from_safetensors, &from_gguf), "{arch}: the f32 GGUF's logits differ on the GPU");
+    }
+}
+
+#[test]
+fn test_on_the_gpu_a_q8_0_gguf_agrees_with_the_cpu_reading_it() {
+    let Some(dev) = gpu() else { return };
+    for (i, arch) in ARCHS.into_iter().enumerate() {
+        let dir = checkpoint(arch, 340 + i as u64);
+        let Some(gguf) = gguf_of(dir.path(), "q8_0") else { return };
+        agrees_on(&dev, &format!("{arch} q8_0"), &GgufCheckpoint::open(&gguf).unwrap(), 350 + i as u64);
+    }
+}
