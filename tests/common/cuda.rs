@@ -319,6 +319,12 @@ pub fn prompt_whole_equals_chunks(dev: &CudaDevice, arch: &str, seeds: (u64, u64
     }
 }
 
+/// The relative L2 distance of `got` from `want`.
+pub fn l2_gap(got: &[f32], want: &[f32]) -> f32 {
+    let err = got.iter().zip(want).map(|(a, b)| (a - b).powi(2)).sum::<f32>().sqrt();
+    err / want.iter().map(|b| b * b).sum::<f32>().sqrt()
+}
+
 /// The largest difference between two rows, against the row's largest magnitude.
 pub fn relative_gap(a: &[f32], b: &[f32]) -> f32 {
     let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
