@@ -63,10 +63,26 @@ fn lane_request(prompt: Vec<u32>, seed: u64, cache: bool, draft: bool, temperatu
     ValidRequest { model: "qwen2".into(), work: Work::Tokens(work) }
 }
 
+/// Seconds a request may go without an event before its test fails instead of waiting on.
+const STALL_SECONDS: u64 = 60;
+
 async fn collect(runtime: &Runtime, req: ValidRequest) -> Vec<u32> {
     let mut events = runtime.submit(req).await.unwrap();
     let mut ids = Vec::new();
-    while let Some(e) = events.recv().await {
+    let stall = std::time::Duration::from_secs(STALL_SECONDS);
+    loop {
+        let Ok(next) = actix::clock::timeout(stall, events.recv()).await else {
+            let m = runtime.metrics();
+            let (rounds, running, waiting) = (m.rounds_total(), m.requests_running(), m.requests_waiting());
+            panic!(
+                "no event for {STALL_SECONDS} s after {} tokens: {rounds} rounds, {running} running, {waiting} waiting, \
+                 pages (used, all) {:?}, drafts (made, kept) {:?}",
+                ids.len(),
+                m.kv_pages(),
+                m.drafts()
+            );
+        };
+        let Some(e) = next else { break };
         match e {
             Event::Token { id, .. } => ids.push(id),
             Event::Done { .. } => return ids,

@@ -23,7 +23,13 @@ pub fn gpu() -> Option<CudaDevice> {
     let settings = tensorfold::settings::Settings::from_process(&[]).expect("the process's settings");
     let fetcher = settings.fetcher().expect("a cache directory");
     match CudaDevice::open(None, settings.cuda_options(), &fetcher) {
-        Ok(dev) => Some(dev),
+        Ok(dev) => {
+            // The runtime's warnings (a failed draft pass, say) on stderr, as the server logs them; RUST_LOG sets more.
+            let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
+            let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_default();
+            let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+            Some(dev)
+        }
         Err(e) => {
             eprintln!("skipped: {e}");
             None
