@@ -7,6 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use tensorfold::cuda_setup::CudaDevice;
 use tensorfold_engine::checkpoint::gguf_model::GgufCheckpoint;
 use tensorfold_engine::checkpoint::hf::HfCheckpoint;
 use tensorfold_engine::checkpoint::Checkpoint;
@@ -14,28 +15,18 @@ use tensorfold_engine::generate::{Sequence, PAGE_TOKENS};
 use tensorfold_engine::llama::cuda::Sizing;
 use tensorfold_engine::llama::Llama;
 
-use common::cuda::{checkpoint, gpu, l2_gap, load_from, relative_gap, same_bits, tokens, VOCAB};
-use common::{python_importing, Rng};
+use common::cuda::{checkpoint, gpu, load_from, relative_gap, row_gaps, same_bits, tokens};
+use common::{python_importing, source_path, Rng};
 use tensorfold_engine::boundary::Logits;
 
 const ARCHS: [&str; 3] = ["qwen3_moe", "mixtral", "qwen3_next_mtp"];
-
-/// The converter, in the source tree or, where the tests run from a copy of it, under the working directory.
-fn converter() -> PathBuf {
-    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/hf_to_gguf.py");
-    if built.is_file() {
-        built
-    } else {
-        PathBuf::from("tools/hf_to_gguf.py")
-    }
-}
 
 /// `dir`'s checkpoint written beside it as GGUF of `ty` (f32, q8_0, ...), or `None` (a skip) without gguf.
 fn gguf_of(dir: &Path, ty: &str) -> Option<PathBuf> {
     let python = python_importing("gguf, numpy")?;
     let out = dir.join(format!("model-{ty}.gguf"));
     let output = std::process::Command::new(python)
-        .arg(converter())
+        .arg(source_path("tools/hf_to_gguf.py"))
         .arg("--model")
         .arg(dir)
         .arg("--out")
@@ -45,6 +36,13 @@ fn gguf_of(dir: &Path, ty: &str) -> Option<PathBuf> {
         .expect("running hf_to_gguf.py");
     assert!(output.status.success(), "hf_to_gguf.py --type {ty}: {}", String::from_utf8_lossy(&output.stderr));
     Some(out)
+}
+
+/// Every row's logits of a 50-token prompt on the GPU.
+fn gpu_logits(dev: &CudaDevice, ckpt: &dyn Checkpoint, prompt: &[u32]) -> Vec<f32> {
+    let mut model = load_from(dev, ckpt, Sizing { max_tokens: 64, max_lanes: 1, context: 128 });
+    let pool = dev.kv_pool(&model, PAGE_TOKENS, 4).unwrap();
+    Sequence::with_pool(&mut model, pool).extend(prompt, 64, Logits::All).unwrap()
 }
 
 /// Every row's logits of a 50-token prompt on the CPU.
@@ -75,14 +73,9 @@ fn test_on_the_gpu_an_f32_gguf_gives_the_bits_of_its_safetensors() {
         let dir = checkpoint(arch, 320 + i as u64);
         let Some(gguf) = gguf_of(dir.path(), "f32") else { return };
         let prompt = tokens(&mut Rng(330 + i as u64), 50);
-        let run = |ckpt: &dyn Checkpoint| {
-            let mut model = load_from(&dev, ckpt, Sizing { max_tokens: 64, max_lanes: 1, context: 128 });
-            let pool = dev.kv_pool(&model, PAGE_TOKENS, 4).unwrap();
-            Sequence::with_pool(&mut model, pool).extend(&prompt, 64, Logits::All).unwrap()
-        };
         // Both pack the same bf16 values for the GPU, so the formats must not move a bit.
-        let from_safetensors = run(&HfCheckpoint::open(dir.path()).unwrap());
-        let from_gguf = run(&GgufCheckpoint::open(&gguf).unwrap());
+        let from_safetensors = gpu_logits(&dev, &HfCheckpoint::open(dir.path()).unwrap(), &prompt);
+        let from_gguf = gpu_logits(&dev, &GgufCheckpoint::open(&gguf).unwrap(), &prompt);
         assert!(same_bits(&from_safetensors, &from_gguf), "{arch}: the f32 GGUF's logits differ on the GPU");
     }
 }
@@ -99,11 +92,8 @@ fn test_on_the_gpu_a_q8_0_gguf_agrees_with_the_cpu_reading_it() {
         let Some(gguf) = gguf_of(dir.path(), "q8_0") else { return };
         let ckpt = GgufCheckpoint::open(&gguf).unwrap();
         let prompt = tokens(&mut Rng(350 + i as u64), 50);
-        let mut model = load_from(&dev, &ckpt, Sizing { max_tokens: 64, max_lanes: 1, context: 128 });
-        let pool = dev.kv_pool(&model, PAGE_TOKENS, 4).unwrap();
-        let on_gpu = Sequence::with_pool(&mut model, pool).extend(&prompt, 64, Logits::All).unwrap();
-        let on_cpu = cpu_logits(&ckpt, &prompt);
-        let worst = on_gpu.chunks(VOCAB).zip(on_cpu.chunks(VOCAB)).map(|(g, c)| l2_gap(g, c)).fold(0f32, f32::max);
+        let (on_gpu, on_cpu) = (gpu_logits(&dev, &ckpt, &prompt), cpu_logits(&ckpt, &prompt));
+        let worst = row_gaps(&on_gpu, &on_cpu).into_iter().fold(0f32, f32::max);
         eprintln!("{arch} q8_0: largest relative logits error of a prompt row {worst}");
         assert!(worst < Q8_BOUND, "{arch} q8_0: a prompt row's logits are {worst} from the CPU's (relative)");
     }

@@ -13,7 +13,7 @@ use tensorfold_engine::llama::Llama;
 
 use common::cuda::{
     agrees_with_the_cpu, checkpoint, gpu, l2_gap, load, prompt_whole_equals_chunks, row_alone_equals_row_in_batches,
-    same_bits, tokens, VOCAB,
+    row_gaps, same_bits, tokens, VOCAB,
 };
 use common::Rng;
 
@@ -129,11 +129,6 @@ fn head(engine: &mut dyn Engine, pool: &mut KvPool, tokens: &[u32], start_pos: u
 /// whose hidden states the head reads, which it carries on; a misplaced key or state errs by the logits' own size.
 fn head_bound(main_gaps: &[f32]) -> f32 {
     main_gaps.iter().fold(0.03f32, |b, &g| b.max(2.0 * g))
-}
-
-/// Each row's `l2_gap` (rows of VOCAB).
-fn row_gaps(got: &[f32], want: &[f32]) -> Vec<f32> {
-    got.chunks(VOCAB).zip(want.chunks(VOCAB)).map(|(g, c)| l2_gap(g, c)).collect()
 }
 
 /// The row of `got` (rows of VOCAB) farthest from `want`'s, and its `l2_gap`.

@@ -331,6 +331,11 @@ pub fn l2_gap(got: &[f32], want: &[f32]) -> f32 {
     err / want.iter().map(|b| b * b).sum::<f32>().sqrt()
 }
 
+/// Each row's `l2_gap` (rows of VOCAB).
+pub fn row_gaps(got: &[f32], want: &[f32]) -> Vec<f32> {
+    got.chunks(VOCAB).zip(want.chunks(VOCAB)).map(|(g, c)| l2_gap(g, c)).collect()
+}
+
 /// The largest difference between two rows, against the row's largest magnitude.
 pub fn relative_gap(a: &[f32], b: &[f32]) -> f32 {
     let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -341,14 +346,8 @@ pub fn relative_gap(a: &[f32], b: &[f32]) -> f32 {
 /// weights: a 50-token prompt's logits, then greedy steps while the two pick the same token (at least 4).
 pub fn agrees_with_the_cpu(dev: &CudaDevice, arch: &str, seed: u64) {
     let dir = checkpoint(arch, seed);
-    let ckpt = HfCheckpoint::open(dir.path()).unwrap();
-    agrees_on(dev, arch, &ckpt, seed);
-}
-
-/// `agrees_with_the_cpu` on a checkpoint in any format, both paths reading `ckpt`; `what` names it in messages.
-pub fn agrees_on(dev: &CudaDevice, what: &str, ckpt: &dyn Checkpoint, seed: u64) {
-    let mut gpu_model = load_from(dev, ckpt, Sizing { max_tokens: 256, max_lanes: 1, context: 256 });
-    let cpu_model = Llama::load(ckpt).unwrap();
+    let mut gpu_model = load(dev, dir.path(), Sizing { max_tokens: 256, max_lanes: 1, context: 256 });
+    let cpu_model = Llama::load(&HfCheckpoint::open(dir.path()).unwrap()).unwrap();
     let prompt = tokens(&mut Rng(seed + 10), 50);
     let pool = dev.kv_pool(&gpu_model, PAGE_TOKENS, 8).unwrap();
     let mut on_gpu = Sequence::with_pool(&mut gpu_model, pool);
@@ -357,9 +356,8 @@ pub fn agrees_on(dev: &CudaDevice, what: &str, ckpt: &dyn Checkpoint, seed: u64)
         (on_gpu.extend(&prompt, 64, Logits::Last).unwrap(), on_cpu.extend(&prompt, 64, Logits::Last).unwrap());
     let mut agreed = 0;
     for _ in 0..16 {
-        let err = g.iter().zip(&c).map(|(a, b)| (a - b).powi(2)).sum::<f32>().sqrt();
-        let norm = c.iter().map(|b| b * b).sum::<f32>().sqrt();
-        assert!(err / norm < 0.03, "{what}: relative logits error {} after {agreed} steps", err / norm);
+        let gap = l2_gap(&g, &c);
+        assert!(gap < 0.03, "{arch}: relative logits error {gap} after {agreed} steps");
         let (tg, tc) = (tensorfold_kernels::ops::argmax(&g), tensorfold_kernels::ops::argmax(&c));
         if tg != tc {
             break;
@@ -370,8 +368,8 @@ pub fn agrees_on(dev: &CudaDevice, what: &str, ckpt: &dyn Checkpoint, seed: u64)
             on_cpu.extend(&[tc as u32], 1, Logits::Last).unwrap(),
         );
     }
-    eprintln!("{what}: greedy agreed for {agreed} of 16 steps");
-    assert!(agreed >= 4, "{what}: greedy tokens agree for only {agreed} steps");
+    eprintln!("{arch}: greedy agreed for {agreed} of 16 steps");
+    assert!(agreed >= 4, "{arch}: greedy tokens agree for only {agreed} steps");
 }
 
 /// A decode row after a `len`-token prompt gives the same bits alone and at a random place among one-token rows

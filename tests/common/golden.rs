@@ -11,12 +11,7 @@ const TEMPLATE: &str = "{%- for message in messages %}{{- '<|im_start|>' + messa
 
 /// The tests' data: where the build found it, or under the working directory (a copy of the repository elsewhere).
 fn data_root() -> PathBuf {
-    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
-    if built.is_dir() {
-        built
-    } else {
-        PathBuf::from("tests/data")
-    }
+    super::source_path("tests/data")
 }
 
 /// A golden's weights with the tests' 512-id tokenizer (tests/data/thinking) under a ChatML template.

@@ -41,6 +41,15 @@ impl Rng {
     }
 }
 
+/// `relative` in the source tree or, where the tests run from a copy of it, under the working directory.
+pub fn source_path(relative: &str) -> std::path::PathBuf {
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
+    match built.exists() {
+        true => built,
+        false => relative.into(),
+    }
+}
+
 /// The client tests' Python (`pyenv::test_python`) if it can `import {modules}`; `None` (a skip) when it cannot,
 /// unless `CI` is set.
 pub fn python_importing(modules: &str) -> Option<String> {
