@@ -51,6 +51,51 @@ impl Engine for HistoryEngine {
     }
 }
 
+/// An engine that refuses rounds of more than `most` tokens, as a GPU engine sized for them does.
+struct Sized<E> {
+    inner: E,
+    most: usize,
+}
+
+impl<E: Engine> Engine for Sized<E> {
+    fn kv_layout(&self, page_tokens: usize) -> KvLayout {
+        self.inner.kv_layout(page_tokens)
+    }
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
+        let t: usize = lanes.iter().map(|l| l.tokens.len()).sum();
+        match t > self.most {
+            true => Err(EngineError::Sizing(format!("a round of {t} tokens exceeds {}", self.most))),
+            false => self.inner.forward(pool, lanes),
+        }
+    }
+}
+
+/// An engine whose every `nth` pass fails, as a device fault would.
+struct Flaky<E> {
+    inner: E,
+    nth: usize,
+    passes: usize,
+}
+
+impl<E: Engine> Engine for Flaky<E> {
+    fn kv_layout(&self, page_tokens: usize) -> KvLayout {
+        self.inner.kv_layout(page_tokens)
+    }
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
+        self.passes += 1;
+        match self.passes.is_multiple_of(self.nth) {
+            true => Err(EngineError::Device("a fault in this pass".into())),
+            false => self.inner.forward(pool, lanes),
+        }
+    }
+}
+
 /// A fake engine with one more token than the others.
 struct Wider;
 
@@ -118,6 +163,35 @@ async fn test_a_draft_model_that_agrees_has_every_greedy_draft_accepted_and_draf
     let want: Vec<_> = plain.iter().step_by(2).cloned().collect();
     assert_eq!(drafted, want, "greedy, alone");
     assert_eq!(outputs(&rt, requests(true), true).await, plain, "greedy and seeded, among others");
+    settle(&rt).await;
+}
+
+#[actix::test]
+async fn test_a_draft_model_sized_for_a_rounds_tokens_catches_up_on_every_token_among_others() {
+    let draft = Sized { inner: HistoryEngine { shift: 0 }, most: 8 };
+    let rt = start_with(Box::new(draft), TEXT).await.unwrap();
+    let plain = outputs(&rt, requests(false), false).await;
+    let greedy: Vec<TokenWork> = requests(true).into_iter().filter(|w| w.sampling.is_greedy()).collect();
+    let drafted = outputs(&rt, greedy, true).await;
+    let (num_drafted, accepted) = rt.metrics().drafts();
+    assert!(num_drafted > 0, "the draft model drafted");
+    assert_eq!(accepted, num_drafted, "its passes fit its sizing, so it agrees at every greedy step among others");
+    assert_eq!(drafted, plain.iter().step_by(2).cloned().collect::<Vec<_>>(), "greedy, among others");
+    settle(&rt).await;
+}
+
+#[actix::test]
+async fn test_a_draft_model_whose_pass_fails_takes_those_tokens_again() {
+    let draft = Flaky { inner: HistoryEngine { shift: 0 }, nth: 5, passes: 0 };
+    let rt = start_with(Box::new(draft), TEXT).await.unwrap();
+    let plain = outputs(&rt, requests(false), false).await;
+    let greedy = || requests(true).into_iter().filter(|w| w.sampling.is_greedy()).collect::<Vec<_>>();
+    let want: Vec<_> = plain.iter().step_by(2).cloned().collect();
+    assert_eq!(outputs(&rt, greedy(), false).await, want, "greedy, alone");
+    assert_eq!(outputs(&rt, greedy(), true).await, want, "greedy, among others");
+    let (num_drafted, accepted) = rt.metrics().drafts();
+    assert!(num_drafted > 0, "the draft model drafted");
+    assert_eq!(accepted, num_drafted, "a failed pass leaves no position untaken, so every greedy draft holds");
     settle(&rt).await;
 }
 

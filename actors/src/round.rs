@@ -100,6 +100,8 @@ pub struct RoundOutput {
     pub sampled: Vec<Sampled>,
     /// How many tokens each lane's draft model drafted for it this round.
     pub drafts: Vec<(u64, usize)>,
+    /// Lanes whose draft model's or head's pass failed this round: it took none of their tokens.
+    pub draft_failed: Vec<u64>,
     /// PCM of each planned codec window, in plan order, or why it failed.
     pub audio: Vec<(u64, Result<Vec<f32>, EngineError>)>,
     pub voices: Vec<VoiceOutput>,

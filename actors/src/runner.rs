@@ -116,7 +116,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 /// Draft models' steps, each model's lanes in one batched forward pass, then the round's codec windows.
 fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
-    let drafts = draft_model::draft(models, &mut plan);
+    let (drafts, draft_failed) = draft_model::draft(models, &mut plan);
     let grammars = std::mem::take(&mut plan.grammars);
     // Grammars make their masks while the forward passes run, so a mask costs the round nothing it would wait on.
     let (passes, masks) = rayon::join(|| forward_all(models, &plan.lanes), || row_masks(grammars, &plan.lanes));
@@ -158,7 +158,7 @@ fn run_round(models: &mut [ModelSlot], mut plan: RoundPlan) -> RoundOutput {
             }
         })
         .collect();
-    RoundOutput { sampled, drafts, audio, voices, failed, hidden, grammars }
+    RoundOutput { sampled, drafts, draft_failed, audio, voices, failed, hidden, grammars }
 }
 
 /// Each model's lanes in one batched forward pass.

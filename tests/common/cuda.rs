@@ -273,10 +273,10 @@ pub fn load(dev: &CudaDevice, dir: &Path, sizing: Sizing) -> CudaLlama {
     load_from(dev, &HfCheckpoint::open(dir).unwrap(), sizing)
 }
 
-/// `ckpt` on the GPU, in any format.
+/// `ckpt` on the GPU, in any format, with the switches the process's TF_CUDA_* settings give (as the server's).
 pub fn load_from(dev: &CudaDevice, ckpt: &dyn Checkpoint, sizing: Sizing) -> CudaLlama {
     let mut alloc = dev.alloc();
-    CudaLlama::load(ckpt, dev.gpu.clone(), sizing, CudaOptions::default(), &mut alloc, &mut |_, _| {}).unwrap()
+    CudaLlama::load(ckpt, dev.gpu.clone(), sizing, dev.options, &mut alloc, &mut |_, _| {}).unwrap()
 }
 
 /// Sets the model's switches for the rounds that follow.

@@ -88,9 +88,9 @@ impl TokenBook {
         self.queue.waiting.push_back(request);
     }
 
-    /// Draft models that lag their lanes take the lanes' known tokens, within a round's token budget of their own.
-    fn plan_catch_ups(&mut self, room: &Room, plan: &mut RoundPlan) {
-        let mut budget = room.schedule.round_tokens;
+    /// Draft models that lag their lanes take the lanes' known tokens, within what is left of `budget`, the tokens a
+    /// round's first draft pass may take (as many as the engines are sized for).
+    fn plan_catch_ups(&mut self, mut budget: usize, plan: &mut RoundPlan) {
         for lane in &mut self.queue.lanes {
             let Some(s) = lane.shadow.as_mut().filter(|s| s.drafted_from.is_none()) else { continue };
             // The last token waits for the step that drafts after it; an own head reads only computed positions.
@@ -172,6 +172,8 @@ impl LaneBook for TokenBook {
     /// Decode lanes take one token each, then prefill chunks share what is left of the token budget.
     fn plan(&mut self, room: &Room, plan: &mut RoundPlan) {
         let mut budget = room.schedule.round_tokens;
+        // The first draft pass takes each drafting lane's and each catch-up's tokens: a round's worth at most.
+        let mut shadow_budget = room.schedule.round_tokens;
         self.queue.lanes.iter_mut().for_each(|l| l.num_done = l.num_planned);
         let decoding = |l: &Lane| l.num_planned >= l.prompt_len();
         let num_decoding = self.queue.lanes.iter().filter(|l| decoding(l)).count();
@@ -195,7 +197,8 @@ impl LaneBook for TokenBook {
                 let (mut draft, mut reserved) = (Vec::new(), 0);
                 if most > 0 {
                     match lane.shadow.as_mut() {
-                        Some(s) if end.saturating_sub(s.seen) <= DRAFT_MAX_LAG => {
+                        Some(s) if end.saturating_sub(s.seen) <= DRAFT_MAX_LAG.min(shadow_budget) => {
+                            shadow_budget -= end.saturating_sub(s.seen);
                             reserved = most;
                             s.drafted_from = Some(end);
                             let pages = match s.lease.as_mut() {
@@ -260,7 +263,7 @@ impl LaneBook for TokenBook {
                 }
             }
         }
-        self.plan_catch_ups(room, plan);
+        self.plan_catch_ups(shadow_budget, plan);
         for window in self.codec.drain(..) {
             plan.codec.push(PlannedCodec { lane_id: window.lane_id, model: window.model, job: window.job });
             self.decoding.push(window.to);
@@ -337,6 +340,10 @@ impl LaneBook for TokenBook {
         }
         for lane in &mut self.queue.lanes {
             if let Some(s) = lane.shadow.as_mut() {
+                // A failed pass took no token: the shadow takes them again from where it was.
+                if output.draft_failed.contains(&lane.request.lane_id) {
+                    (s.catch_up, s.drafted_from) = (None, None);
+                }
                 s.seen = s.catch_up.take().unwrap_or(s.seen);
                 // The draft model took every drafted token but its last; those accepted are the lane's now. An own
                 // head read its own guesses' states there, so it takes those positions again from the model's.

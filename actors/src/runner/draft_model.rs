@@ -6,10 +6,11 @@ use tensorfold_engine::boundary::{LaneRows, LaneStep, Logits};
 use crate::model_slot::ModelSlot;
 use crate::round::{PlannedDraft, RoundPlan};
 
-/// Runs the plan's draft steps and hands each lane's draft to its step; returns how many tokens each lane got.
-/// A failed draft pass drafts nothing for its lanes: a draft only changes how fast the lane goes, never its tokens.
-pub fn draft(models: &mut [ModelSlot], plan: &mut RoundPlan) -> Vec<(u64, usize)> {
-    let mut made = Vec::new();
+/// Runs the plan's draft steps and hands each lane's draft to its step; returns how many tokens each lane got, and
+/// the lanes whose passes failed. A failed pass drafts nothing for its lanes: a draft only changes how fast the lane
+/// goes, never its tokens.
+pub fn draft(models: &mut [ModelSlot], plan: &mut RoundPlan) -> (Vec<(u64, usize)>, Vec<u64>) {
+    let (mut made, mut failed) = (Vec::new(), Vec::new());
     let groups = (0..models.len()).flat_map(|m| [(m, false), (m, true)]);
     for (m, own_head) in groups {
         let ModelSlot::Tokens { engine, pool, .. } = &mut models[m] else { continue };
@@ -47,6 +48,7 @@ pub fn draft(models: &mut [ModelSlot], plan: &mut RoundPlan) -> Vec<(u64, usize)
                 Err(e) => {
                     tracing::warn!(model = m, error = %e, "a draft pass failed; its lanes go on without drafts");
                     drafts.iter_mut().for_each(Vec::clear);
+                    failed.extend(mine.iter().map(|d| d.lane_id));
                     break;
                 }
             }
@@ -62,5 +64,5 @@ pub fn draft(models: &mut [ModelSlot], plan: &mut RoundPlan) -> Vec<(u64, usize)
             sample.draft = tokens;
         }
     }
-    counts
+    (counts, failed)
 }
