@@ -307,13 +307,25 @@ pub fn spawn_device(ledger: Ledger) -> std::io::Result<Addr<DeviceActor>> {
     rx.recv().map_err(|_| std::io::Error::other("the device thread stopped during start-up"))
 }
 
-/// Allocates through the device actor from a thread outside any actor system, waiting for the answer.
+/// Allocates through the device actor and waits for the answer on this thread. The answer comes on a plain channel,
+/// not an actor reply: polled to completion inside an async runtime, those stall once the task's budget is spent.
 pub fn allocate_blocking(
     device: &Addr<DeviceActor>,
     kind: MemoryKind,
     bytes: usize,
 ) -> Result<Allocation, LedgerError> {
-    futures_executor::block_on(device.send(Allocate { kind, bytes })).map_err(|_| LedgerError::DeviceGone)?
+    let (reply, answer) = std::sync::mpsc::sync_channel(1);
+    // A stopped actor drops the message, and with it `reply`.
+    device.do_send(AllocateFor { ask: Allocate { kind, bytes }, reply });
+    answer.recv().map_err(|_| LedgerError::DeviceGone)?
+}
+
+/// `Allocate`, answered on `reply`.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct AllocateFor {
+    ask: Allocate,
+    reply: std::sync::mpsc::SyncSender<Result<Allocation, LedgerError>>,
 }
 
 /// Owns the ledger; every allocation in the process goes through it.
@@ -338,6 +350,15 @@ impl Handler<Allocate> for DeviceActor {
         let ptr = self.ledger.allocate(msg.kind, msg.bytes)?;
         let host = self.ledger.is_host_addressable(msg.kind);
         Ok(Allocation { kind: msg.kind, bytes: msg.bytes, ptr, host, owner: ctx.address().recipient() })
+    }
+}
+
+impl Handler<AllocateFor> for DeviceActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AllocateFor, ctx: &mut Context<Self>) {
+        // An answer nobody waits for drops here, which frees its memory.
+        let _ = msg.reply.send(self.handle(msg.ask, ctx));
     }
 }
 
@@ -467,6 +488,22 @@ mod tests {
         let kv = device.send(Allocate { kind: MemoryKind::KvCache, bytes: 200 }).await.expect("alive");
         assert!(kv.is_ok(), "the adoption's bytes came back on drop");
         assert_eq!((state.alloc_calls.load(Ordering::SeqCst), state.free_calls.load(Ordering::SeqCst)), (1, 0));
+    }
+
+    #[test]
+    fn test_blocking_allocations_inside_an_actor_system_never_stall() {
+        // GPU models load this way from the server's start-up and from async tests, many buffers each.
+        let device = spawn_device(Ledger::new(None, cpu_driver())).expect("the device thread");
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            actix::System::new().block_on(async move {
+                let take = |_| allocate_blocking(&device, MemoryKind::Weights, 64).expect("fits");
+                let held: Vec<Allocation> = (0..1000).map(take).collect();
+                done.send(held.len()).expect("the test waits");
+            })
+        });
+        let got = finished.recv_timeout(std::time::Duration::from_secs(30));
+        assert_eq!(got, Ok(1000), "1,000 allocations from inside an actor system did not all come back");
     }
 
     #[test]
