@@ -136,7 +136,13 @@ async fn lent_runtime(
         page_tokens: PAGE_TOKENS,
         kv_pages: Some(kv.0),
         memory_limit: None,
-        schedule: Schedule { round_tokens: 64, parallel: 8, max_waiting: 64, drafting: Drafting::on_gpu(draft_tokens) },
+        // Untimed, so a busy GPU's step times never stop the drafts these tests need.
+        schedule: Schedule {
+            round_tokens: 64,
+            parallel: 8,
+            max_waiting: 64,
+            drafting: Drafting { timed: false, ..Drafting::on_gpu(draft_tokens) },
+        },
         prefix_cache_tokens: cache_tokens,
     };
     Runtime::start_on_lent(dev.device.clone(), specs, cfg, kv.1).await.unwrap()
