@@ -51,36 +51,22 @@ impl Engine for HistoryEngine {
     }
 }
 
-/// An engine that refuses rounds of more than `most` tokens, as a GPU engine sized for them does.
-struct Sized<E> {
-    inner: E,
+/// An agreeing draft model that refuses rounds of more than `most` tokens, as a GPU engine sized for them does, and
+/// fails its every `nth` pass, as a device fault would.
+struct Failing {
+    inner: HistoryEngine,
     most: usize,
-}
-
-impl<E: Engine> Engine for Sized<E> {
-    fn kv_layout(&self, page_tokens: usize) -> KvLayout {
-        self.inner.kv_layout(page_tokens)
-    }
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-    fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
-        let t: usize = lanes.iter().map(|l| l.tokens.len()).sum();
-        match t > self.most {
-            true => Err(EngineError::Sizing(format!("a round of {t} tokens exceeds {}", self.most))),
-            false => self.inner.forward(pool, lanes),
-        }
-    }
-}
-
-/// An engine whose every `nth` pass fails, as a device fault would.
-struct Flaky<E> {
-    inner: E,
     nth: usize,
     passes: usize,
 }
 
-impl<E: Engine> Engine for Flaky<E> {
+impl Failing {
+    fn new(most: usize, nth: usize) -> Failing {
+        Failing { inner: HistoryEngine { shift: 0 }, most, nth, passes: 0 }
+    }
+}
+
+impl Engine for Failing {
     fn kv_layout(&self, page_tokens: usize) -> KvLayout {
         self.inner.kv_layout(page_tokens)
     }
@@ -89,6 +75,10 @@ impl<E: Engine> Engine for Flaky<E> {
     }
     fn forward(&mut self, pool: &mut KvPool, lanes: &[LaneStep]) -> Result<Vec<LaneRows>, EngineError> {
         self.passes += 1;
+        let t: usize = lanes.iter().map(|l| l.tokens.len()).sum();
+        if t > self.most {
+            return Err(EngineError::Sizing(format!("a round of {t} tokens exceeds {}", self.most)));
+        }
         match self.passes.is_multiple_of(self.nth) {
             true => Err(EngineError::Device("a fault in this pass".into())),
             false => self.inner.forward(pool, lanes),
@@ -168,8 +158,7 @@ async fn test_a_draft_model_that_agrees_has_every_greedy_draft_accepted_and_draf
 
 #[actix::test]
 async fn test_a_draft_model_sized_for_a_rounds_tokens_catches_up_on_every_token_among_others() {
-    let draft = Sized { inner: HistoryEngine { shift: 0 }, most: 8 };
-    let rt = start_with(Box::new(draft), TEXT).await.unwrap();
+    let rt = start_with(Box::new(Failing::new(8, usize::MAX)), TEXT).await.unwrap();
     let plain = outputs(&rt, requests(false), false).await;
     let greedy: Vec<TokenWork> = requests(true).into_iter().filter(|w| w.sampling.is_greedy()).collect();
     let drafted = outputs(&rt, greedy, true).await;
@@ -182,8 +171,7 @@ async fn test_a_draft_model_sized_for_a_rounds_tokens_catches_up_on_every_token_
 
 #[actix::test]
 async fn test_a_draft_model_whose_pass_fails_takes_those_tokens_again() {
-    let draft = Flaky { inner: HistoryEngine { shift: 0 }, nth: 5, passes: 0 };
-    let rt = start_with(Box::new(draft), TEXT).await.unwrap();
+    let rt = start_with(Box::new(Failing::new(usize::MAX, 5)), TEXT).await.unwrap();
     let plain = outputs(&rt, requests(false), false).await;
     let greedy = || requests(true).into_iter().filter(|w| w.sampling.is_greedy()).collect::<Vec<_>>();
     let want: Vec<_> = plain.iter().step_by(2).cloned().collect();
